@@ -1,0 +1,26 @@
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+DEMO ?= demo
+
+.PHONY: setup test demo bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest
+
+demo: setup
+	$(BIN)/rcalab simulate $(DEMO)/dump --schedule data/demo-schedule.jsonl --scale 0.01 --seed 7
+
+bench: setup
+	$(BIN)/rcalab bench testbed --out bench/results
+
+clean:
+	rm -rf $(VENV) $(DEMO) bench/results

@@ -1,0 +1,3 @@
+from rcalab.cli import cli
+
+cli(prog_name="rcalab")

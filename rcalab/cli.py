@@ -1,0 +1,100 @@
+"""The `rcalab` command: parses arguments, calls one library function, reports."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from rcalab.errors import RcalabError
+
+console = Console(stderr=True)
+
+
+def reports_errors(command):
+    """Turn rcalab's own errors into one line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except RcalabError as e:
+            raise click.ClickException(str(e)) from None
+
+    return wrapper
+
+
+@click.group()
+@click.version_option()
+def cli():
+    """rcalab: find the root cause of incidents in microservice telemetry.
+
+    Example: rcalab simulate out --cases 3
+    """
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--schedule", type=click.Path(path_type=Path, dir_okay=False),
+              help="Ground-truth JSONL whose cases to replay (uuids, windows, fault types, instances).")
+@click.option("--cases", type=click.IntRange(min=1), help="Without --schedule: this many random cases.")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N cases of the schedule.")
+@click.option("--scale", type=click.FloatRange(min=0, min_open=True, max=10), default=0.01, show_default=True,
+              help="Volume of traces and logs; 1.0 is a real day (millions of spans).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
+@reports_errors
+def simulate(out, schedule, cases, limit, scale, seed):
+    """Write a simulated HipsterShop dump with labelled faults in the 2025 challenge layout.
+
+    OUT gets one folder per CST day the cases touch, plus groundtruth.jsonl and input.json.
+
+    Example: rcalab simulate out --schedule groundtruth-phaseone.jsonl --limit 5 --scale 0.01
+    """
+    from testbed.schedule import load_schedule, random_cases
+    from testbed.simulate import case_days, simulate as run
+    from testbed.topology import Topology
+
+    if (schedule is None) == (cases is None):
+        raise RcalabError("give either --schedule FILE or --cases N")
+    topo = Topology.build(seed)
+    todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
+    steps = 25 * len(case_days(todo))
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("simulating", total=steps)
+        summary = run(out, todo, topo, scale=scale, seed=seed,
+                      progress=lambda what: bar.update(task, advance=1, description=what))
+    click.echo(f"wrote {len(todo)} cases over {len(summary.days)} day(s) ({', '.join(summary.days)}) to {out}: "
+               f"{summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
+               f"{summary.log_lines:,} log lines")
+    click.echo(f"ground truth: {out / 'groundtruth.jsonl'}; questions: {out / 'input.json'}")
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["testbed"]))
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
+              show_default=True, help="Folder for the JSON results.")
+@click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@reports_errors
+def bench(what, out, scale):
+    """Measure a stage; print a table and save it as OUT/WHAT.json.
+
+    Example: rcalab bench testbed --scale 1.0
+    """
+    from testbed.bench import run
+
+    result = run(scale=scale)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = Table(title=f"rcalab bench {what}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
+                      else str(value))
+    Console().print(table)
+    click.echo(f"saved {out / f'{what}.json'}")

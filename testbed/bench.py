@@ -1,0 +1,37 @@
+"""Benchmark of the testbed: write one simulated day at a given scale, in a child process."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+
+def run(scale: float = 1.0, seed: int = 0) -> dict:
+    """Time, peak memory and size of writing one day with one case; spans/s and rows/s."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "dump"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(out), "--cases", "1",
+                        "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        rows = {kind: sum(pq.ParquetFile(p).metadata.num_rows for p in out.glob(f"*/{kind}-parquet/**/*.parquet"))
+                for kind in ("trace", "log", "metric")}
+        size = sum(p.stat().st_size for p in out.rglob("*.parquet"))
+    return {
+        "scale": scale,
+        "seconds": round(seconds, 2),
+        "peak_memory_mb": round(peak_mb, 1),
+        "parquet_mb": round(size / 1e6, 1),
+        "spans": rows["trace"],
+        "log_lines": rows["log"],
+        "metric_rows": rows["metric"],
+        "spans_per_s": round(rows["trace"] / seconds),
+        "rows_per_s": round(sum(rows.values()) / seconds),
+    }

@@ -1,0 +1,204 @@
+"""Container log lines (Filebeat rows) for one hour, each service in its real style.
+
+Lines come from the hour's calls (a served request, a failed call logged by its
+caller) and from fault or noise bursts. Text is chosen per event, then rendered
+per style with polars string expressions: Go JSON (frontend, checkout, shipping,
+productcatalog), log4j JSON (adservice), Python JSON, Node pino JSON, and plain text
+(cartservice's C#, redis, TiDB).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+
+from .topology import NAMESPACE, NODES, Topology
+from .traces import KINDS, Hour, status_text
+from .workload import Day
+
+STYLE = {
+    "frontend": "go", "checkoutservice": "go", "shippingservice": "go", "productcatalogservice": "go",
+    "adservice": "java", "emailservice": "python", "recommendationservice": "python",
+    "currencyservice": "node", "paymentservice": "node",
+}  # everything else (cartservice, redis, TiDB) logs plain text
+
+# What a service logs when it serves a method ("{id}" is a user, order or product id).
+SERVED = {
+    "GetCart": "GetCartAsync called with userId={id}",
+    "AddItem": "AddItemAsync called with userId={id}, productId=OLJCESPC7Z, quantity=1",
+    "EmptyCart": "EmptyCartAsync called with userId={id}",
+    "Convert": "conversion request successful",
+    "GetSupportedCurrencies": "Getting supported currencies...",
+    "Charge": "Transaction processed: visa ending 0454     Amount: USD{id}",
+    "SendOrderConfirmation": "A request to send order confirmation email to {id}@example.com has been received.",
+    "ListRecommendations": "[Recv ListRecommendations] product_ids=['{id}']",
+    "PlaceOrder": '[PlaceOrder] user_id="{id}" user_currency="USD"',
+    "GetQuote": "[GetQuote] received request",
+    "ShipOrder": "[ShipOrder] received request",
+    "GetAds": "received ad request (context_words=[{id}])",
+}
+# What a caller says when a call to this callee fails, before the gRPC error.
+FAILED = {
+    "adservice": "failed to retrieve ads",
+    "recommendationservice": "failed to get product recommendations",
+    "cartservice": "could not retrieve cart",
+    "currencyservice": "failed to convert currency",
+    "productcatalogservice": "could not retrieve product",
+    "shippingservice": "failed to get shipping quote",
+    "paymentservice": "failed to charge card",
+    "emailservice": "failed to send order confirmation",
+    "checkoutservice": "failed to complete the order",
+    "redis-cart": "Can't access cart storage",
+    "tidb-tidb": "failed to query product catalog",
+    "tidb-pd": "failed to get timestamp from PD",
+    "tidb-tikv": "tikv request failed",
+}
+BACKGROUND = {
+    "redis-cart": "1:M * 100 changes in 300 seconds. Saving...",
+    "tidb-tidb": '[INFO] [gc_worker.go:1082] ["[gc worker] start gc"] [safePoint=4563]',
+    "tidb-pd": '[INFO] [cluster.go:545] ["store heartbeat"] [store-id=1]',
+    "tidb-tikv": '[INFO] [raft_log_engine.rs:421] ["purge raft log"] [regions=63]',
+}
+
+
+def _esc(text: str) -> str:
+    return json.dumps(text)[1:-1]
+
+
+class _Events:
+    """Log events as parallel lists: time, pod, severity, text before and after an id."""
+
+    def __init__(self) -> None:
+        self.ts: list[np.ndarray] = []
+        self.pod: list[np.ndarray] = []
+        self.sev: list[np.ndarray] = []
+        self.text: list[np.ndarray] = []
+        self.extra: list[np.ndarray] = []
+        self.vocab: dict[str, int] = {}
+
+    def add(self, ts, pod, severity: str, text: str, extra: str = "") -> None:
+        ts = np.atleast_1d(ts)
+        n = len(ts)
+        if n == 0:
+            return
+        self.ts.append(ts.astype(np.int64))
+        self.pod.append(np.broadcast_to(pod, n).astype(int))
+        self.sev.append(np.full(n, self.vocab.setdefault(severity, len(self.vocab))))
+        self.text.append(np.full(n, self.vocab.setdefault(text, len(self.vocab))))
+        self.extra.append(np.full(n, self.vocab.setdefault(extra, len(self.vocab))))
+
+    def frame(self) -> pl.DataFrame:
+        words = pl.Series(list(self.vocab), dtype=pl.String)
+        escaped = pl.Series([_esc(w) for w in self.vocab], dtype=pl.String)
+        text = np.concatenate(self.text)
+        return pl.DataFrame({
+            "ts": np.concatenate(self.ts), "pod": np.concatenate(self.pod),
+            "severity": words.gather(np.concatenate(self.sev)), "text": words.gather(text),
+            "esc": escaped.gather(text), "extra": words.gather(np.concatenate(self.extra)),
+        })
+
+
+def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator) -> pl.DataFrame:
+    """All log rows of CST hour `hour`, sorted by time, with the challenge's columns."""
+    topo = day.topo
+    calls = traffic.calls
+    methods = list(traffic.methods.index)
+    events = _Events()
+    for (caller, callee, method, kind, root), idx in _groups(calls).items():
+        ts = calls.ts_us[idx]
+        svc_callee = topo.service_of[topo.pods[callee]]
+        svc_caller = topo.service_of[topo.pods[caller]]
+        if root:
+            status = "500" if kind else "200"
+            route = methods[method]
+            verb, path = route.split()
+            http = f'"http.req.method":"{verb}","http.req.path":"{path}",'
+            events.add(ts - calls.duration_us[idx], caller, "debug", "request started", http)
+            events.add(ts, caller, "error" if kind else "debug", "request complete",
+                       f'{http}"http.resp.status":{status},')
+        elif kind == 0:
+            text = SERVED.get(methods[method])
+            if text:
+                events.add(ts - calls.duration_us[idx], callee, "info", text)
+        else:
+            name, code, desc = status_text(KINDS[kind], topo, topo.pods[callee])
+            text = f"{FAILED[svc_callee]}: rpc error: code = {name} desc = {desc}"
+            optional = svc_caller == "frontend" and svc_callee in ("adservice", "recommendationservice")
+            message = "request error" if svc_caller == "frontend" and not optional else text
+            extra = f'"error":"{_esc(text)}",' if message != text else ""
+            events.add(ts, caller, "warning" if optional else "error", message, extra)
+    for burst in day.bursts:
+        lo, hi = max(burst.start, hour * 60), min(burst.end, hour * 60 + 60)
+        for pod in burst.pods:
+            for minute in range(lo, hi):
+                n = rng.poisson(burst.per_minute)
+                t = _minute_us(day, minute) + rng.integers(0, 60_000_000, n)
+                for i, text in enumerate(rng.choice(burst.messages, n)):
+                    events.add(t[i], topo.index(pod), burst.severity, str(text))
+    for service, text in BACKGROUND.items():
+        pod = topo.pods_of(service)[0]
+        events.add(_minute_us(day, hour * 60) + rng.integers(0, 3_600_000_000, 6), topo.index(pod), "info", text)
+    return _render(events.frame(), topo, rng)
+
+
+def _minute_us(day: Day, minute: int) -> int:
+    return int(day.start_utc.timestamp() * 1e6) + minute * 60_000_000
+
+
+def _groups(calls) -> dict[tuple, np.ndarray]:
+    key = np.stack([calls.caller, calls.callee, calls.method, calls.kind, calls.root], 1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse.ravel(), minlength=len(uniq)))[:-1]
+    return {tuple(int(v) for v in u): idx for u, idx in zip(uniq, np.split(order, bounds))}
+
+
+def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.DataFrame:
+    n = df.height
+    ids = np.frombuffer(rng.bytes(n * 4).hex().encode(), dtype="S8").astype(str)
+    pods = pl.Series([p for p in topo.pods])
+    services = pl.Series([topo.service_of[p] for p in topo.pods])
+    nodes = pl.Series([topo.node_of[p] for p in topo.pods])
+    agents = {node: f"filebeat-filebeat-{rng.integers(36**5):07x}"[:23] for node in NODES}
+    df = df.sort("ts")
+    df = df.with_columns(
+        time=pl.from_epoch("ts", time_unit="us").dt.replace_time_zone("UTC"),
+        pod_name=pods.gather(df["pod"].to_numpy()),
+        service=services.gather(df["pod"].to_numpy()),
+        node=nodes.gather(df["pod"].to_numpy()),
+        id=pl.Series(ids),
+    ).with_columns(pl.col("text", "esc").str.replace("{id}", pl.col("id"), literal=True))
+    style = pl.col("service").replace_strict(STYLE, default="plain")
+    sev_lower, sev_upper = pl.col("severity").str.to_lowercase(), pl.col("severity").str.to_uppercase()
+    esc = pl.col("esc")
+    iso = pl.col("time").dt.strftime("%Y-%m-%dT%H:%M:%S%.9fZ")
+    epoch_us = pl.col("ts")
+    message = (
+        pl.when(style == "go").then(pl.concat_str([
+            pl.lit("{"), pl.col("extra"), pl.lit('"message":"'), esc, pl.lit('","severity":"'), sev_lower,
+            pl.lit('","timestamp":"'), iso, pl.lit('"}')]))
+        .when(style == "java").then(pl.concat_str([
+            pl.lit('{"instant":{"epochSecond":'), (epoch_us // 1_000_000).cast(pl.String),
+            pl.lit(',"nanoOfSecond":'), (epoch_us % 1_000_000 * 1000).cast(pl.String),
+            pl.lit('},"thread":"grpc-default-executor-'), (epoch_us % 7).cast(pl.String), pl.lit('","level":"'),
+            sev_upper.replace("WARNING", "WARN"), pl.lit('","loggerName":"hipstershop.AdService","message":"'), esc,
+            pl.lit('","endOfBatch":false,"loggerFqcn":"org.apache.logging.log4j.spi.AbstractLogger"}')]))
+        .when(style == "python").then(pl.concat_str([
+            pl.lit('{"timestamp": '), (epoch_us / 1e6).round(3).cast(pl.String), pl.lit(', "severity": "'), sev_upper,
+            pl.lit('", "name": "'), pl.col("service"), pl.lit('-server", "message": "'), esc, pl.lit('"}')]))
+        .when(style == "node").then(pl.concat_str([
+            pl.lit('{"severity":"'), sev_lower, pl.lit('","time":'), (epoch_us // 1000).cast(pl.String),
+            pl.lit(',"pid":1,"hostname":"'), pl.col("pod_name"), pl.lit('","name":"'), pl.col("service"),
+            pl.lit('-server","message":"'), esc, pl.lit('"}')]))
+        .otherwise(pl.col("text"))
+    )
+    return df.select(
+        pl.lit(NAMESPACE).alias("k8_namespace"),
+        pl.col("time").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").alias("@timestamp"),
+        pl.col("node").replace_strict(agents).alias("agent_name"),
+        pl.col("pod_name").alias("k8_pod"),
+        message.alias("message"),
+        pl.col("node").alias("k8_node_name"),
+    )

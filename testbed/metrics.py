@@ -1,0 +1,114 @@
+"""Metric parquet files of one day: DeepFlow APM per pod and service, Prometheus infra per KPI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .topology import NAMESPACE, NODES, SERVICES
+from .workload import BASE_ERR, FRONTEND_RPM, MINUTES, Day, expected_latency, requests_per_frontend_request
+
+APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
+INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
+                 "object_type", "pod", "sql_type", "type")
+DB_FILES = {"tidb": "infra/infra_tidb/infra_tidb", "tikv": "other/infra_tikv", "pd": "other/infra_pd"}
+DB_POD = {"tidb": "tidb-tidb-0", "tikv": "tidb-tikv-0", "pd": "tidb-pd-0"}
+
+
+def _times(day: Day) -> pa.Array:
+    start = np.datetime64(day.start_utc.replace(tzinfo=None), "ns")
+    return pa.array(start + np.arange(MINUTES) * np.timedelta64(60, "s"), pa.timestamp("ns", tz="UTC"))
+
+
+def apm_tables(day: Day, rng: np.random.Generator) -> dict[str, pa.Table]:
+    """One APM table per pod and per service (name -> table), services last."""
+    topo = day.topo
+    pod_ms, pod_err = expected_latency(day)
+    per_request = requests_per_frontend_request()
+    times = _times(day)
+    traced = SERVICES + ("redis-cart",)
+    out: dict[str, pa.Table] = {}
+    by_service: dict[str, list[dict]] = {s: [] for s in traced}
+    for service in traced:
+        pods = topo.pods_of(service)
+        idx = [topo.index(p) for p in pods]
+        routed = ~day.unrouted[:, idx] & ~day.unreachable[:, idx]
+        share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
+        rate = FRONTEND_RPM * day.load * per_request[service]
+        for j, (pod, i) in enumerate(zip(pods, idx)):
+            request = rng.poisson(rate * share[:, j])
+            own = np.clip(BASE_ERR + day.own_err[:, i], 0, 1)
+            downstream = np.clip(pod_err[:, i] - own, 0, 1)
+            timeout = rng.binomial(request, np.clip((pod_ms[:, i] - 800) / 5000, 0, 0.5))
+            row = {
+                "request": request,
+                "response": request - timeout,
+                "server_error": rng.binomial(request, own),
+                "client_error": rng.binomial(request, downstream),
+                "timeout": timeout,
+                "rrt": np.where(request > 0, pod_ms[:, i] * 1000 * rng.lognormal(0, 0.05, MINUTES), 0.0),
+            }
+            row["error"] = row["server_error"] + row["client_error"]
+            row["rrt_max"] = row["rrt"] * rng.uniform(3, 6, MINUTES)
+            by_service[service].append(row)
+            out[pod] = _apm_table(times, pod, "pod", row)
+    for service, rows in by_service.items():
+        total = {k: sum(r[k] for r in rows) for k in APM_COUNTS}
+        weights = np.array([r["request"] for r in rows], float)
+        rrt = np.array([r["rrt"] for r in rows])
+        total["rrt"] = np.where(weights.sum(0) > 0, (rrt * weights).sum(0) / np.maximum(weights.sum(0), 1), 0.0)
+        total["rrt_max"] = np.max([r["rrt_max"] for r in rows], axis=0)
+        out[service] = _apm_table(times, service, "service", total)
+    return out
+
+
+def _apm_table(times: pa.Array, object_id: str, object_type: str, row: dict) -> pa.Table:
+    request = np.maximum(row["request"], 1)
+    cols = {
+        "time": times,
+        "object_id": pa.array(np.full(MINUTES, object_id)),
+        "object_type": pa.array(np.full(MINUTES, object_type)),
+        **{k: pa.array(row[k].astype(np.int64)) for k in ("request", "response")},
+        "rrt": pa.array(np.round(row["rrt"], 2)),
+        "rrt_max": pa.array(np.round(row["rrt_max"], 2)),
+        **{k: pa.array(row[k].astype(np.int64)) for k in ("error", "client_error", "server_error", "timeout")},
+    }
+    for k in ("error", "client_error", "server_error"):
+        cols[f"{k}_ratio"] = pa.array(np.round(row[k] / request * 100, 2))
+    return pa.table(cols)
+
+
+def _infra_table(day: Day, kpi: str, values: np.ndarray, labels: list[dict]) -> pa.Table:
+    """Rows for every minute x entity: `values` is (minutes, entities), `labels` one dict per entity."""
+    n_ent = values.shape[1]
+    cols = {"time": pa.array(np.repeat(_times(day).to_numpy(zero_copy_only=False), n_ent),
+                             pa.timestamp("ns", tz="UTC"))}
+    for c in INFRA_COLUMNS:
+        per_entity = [lab.get(c, "") for lab in labels]
+        if c in ("kpi_key", "kpi_name"):
+            per_entity = [kpi] * n_ent
+        cols[c] = pa.array(np.tile(per_entity, MINUTES))
+    cols[kpi] = pa.array(np.round(values.ravel(), 6))
+    return pa.table(cols)
+
+
+def infra_tables(day: Day) -> dict[str, pa.Table]:
+    """Relative path (without the date suffix) -> table, one per KPI."""
+    topo = day.topo
+    out = {}
+    pod_labels = [dict(instance=topo.node_of[p], namespace=NAMESPACE, object_type="pod", pod=p) for p in topo.pods]
+    for kpi, values in day.pod_kpi.items():
+        labels = [dict(lab, device="eth0" if "network" in kpi else ("/dev/vda" if "fs_" in kpi else ""))
+                  for lab in pod_labels]
+        out[f"infra/infra_pod/infra_pod_{kpi}"] = _infra_table(day, kpi, values, labels)
+    node_labels = [dict(instance=n, kubernetes_node=n, object_type="node") for n in NODES]
+    for kpi, values in day.node_kpi.items():
+        labels = [dict(lab, mountpoint="/" if "filesystem" in kpi else "",
+                       device="eth0" if "network" in kpi else ("vda" if "disk" in kpi else "")) for lab in node_labels]
+        out[f"infra/infra_node/infra_node_{kpi}"] = _infra_table(day, kpi, values, labels)
+    for part, kpis in day.db_kpi.items():
+        pod = DB_POD[part]
+        labels = [dict(instance=topo.node_of[pod], namespace="tidb", object_type=part, pod=pod)]
+        for kpi, values in kpis.items():
+            out[f"{DB_FILES[part]}_{kpi}"] = _infra_table(day, kpi, values[:, None], labels)
+    return out

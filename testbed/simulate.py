@@ -1,0 +1,117 @@
+"""Write a labelled dump in the challenge layout: day folders, ground truth and questions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rcalab.errors import OutputError
+
+from .logs import hour_logs
+from .metrics import apm_tables, infra_tables
+from .noise import add_noise
+from .schedule import Case, write_case_files
+from .topology import NAMESPACE, SERVICES, STORES, Topology
+from .traces import simulate_hour
+from .workload import CST, Day, build_day
+
+LOG_SCHEMA = pa.schema([(c, pa.string()) for c in
+                        ("k8_namespace", "@timestamp", "agent_name", "k8_pod", "message", "k8_node_name")])
+
+
+@dataclass
+class Summary:
+    days: list[str] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    spans: int = 0
+    log_lines: int = 0
+    metric_rows: int = 0
+
+
+def case_days(cases: list[Case]) -> list[dt.date]:
+    """The CST days the case windows touch, in order."""
+    days = set()
+    for case in cases:
+        day = case.start.astimezone(CST).date()
+        while day <= case.end.astimezone(CST).date():
+            days.add(day)
+            day += dt.timedelta(days=1)
+    return sorted(days)
+
+
+def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.01, seed: int = 0,
+             progress: Callable[[str], None] | None = None) -> Summary:
+    """Simulate every CST day the cases touch and write it under `out`; same seed, same bytes."""
+    out = Path(out)
+    _check_writable(out)
+    summary = Summary()
+    for date in case_days(cases):
+        day = build_day(date, topo, seed)
+        add_noise(day, np.random.default_rng([seed, date.toordinal(), 5]))
+        for case in cases:
+            lo, hi = day.minute_of(case.start), day.minute_of(case.end + dt.timedelta(seconds=59))
+            if hi > lo:
+                case.fault.apply(day, case.target, slice(lo, hi), np.random.default_rng([seed, hash_uuid(case.uuid)]))
+        _write_day(day, out / date.isoformat(), scale, seed, summary, progress)
+        summary.days.append(date.isoformat())
+    write_case_files(cases, out, seed)
+    return summary
+
+
+def hash_uuid(uuid: str) -> int:
+    return int.from_bytes(uuid.encode()[:16].ljust(16, b"\0"), "little")
+
+
+def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary, progress) -> None:
+    date = day.date.isoformat()
+    rng = np.random.default_rng([seed, day.date.toordinal(), 6])
+    apm = apm_tables(day, rng)
+    for name, table in apm.items():
+        kind = "service" if name in set(SERVICES) | set(STORES) else "pod"
+        _save(table, folder / "metric-parquet" / "apm" / kind / f"{kind}_{name}_{date}.parquet", summary)
+    _save(pa.concat_tables(apm.values()), folder / "metric-parquet" / "apm" / f"pod_ns_{NAMESPACE}_{date}.parquet",
+          summary)
+    for rel, table in infra_tables(day).items():
+        _save(table, folder / "metric-parquet" / f"{rel}_{date}.parquet", summary)
+        summary.metric_rows += table.num_rows
+    if progress:
+        progress(f"{date} metrics")
+    for hour in range(24):
+        hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
+        traffic = simulate_hour(day, hour, scale, hour_rng)
+        logs = hour_logs(day, hour, traffic, hour_rng).to_arrow().cast(LOG_SCHEMA)
+        stem = f"{date}_{hour:02d}-00-00.parquet"
+        _save(traffic.spans, folder / "trace-parquet" / f"trace_jaeger-span_{stem}", summary)
+        _save(logs, folder / "log-parquet" / f"log_filebeat-server_{stem}", summary)
+        summary.spans += traffic.spans.num_rows
+        summary.log_lines += logs.num_rows
+        if progress:
+            progress(f"{date} {hour:02d}:00")
+
+
+def _save(table: pa.Table, path: Path, summary: Summary) -> None:
+    """Write atomically: an interrupted run leaves no half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="snappy")
+    os.replace(tmp, path)
+    summary.files += 1
+    summary.bytes += path.stat().st_size
+
+
+def _check_writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".rcalab-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise OutputError(f"cannot write to {out}: {e.strerror or e}") from None

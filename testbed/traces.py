@@ -1,0 +1,295 @@
+"""Jaeger spans for one hour of simulated traffic, in the challenge's nested parquet types.
+
+Every user request walks one flow of `workload.FLOWS`. Per flow and hour all requests
+are drawn at once (numpy arrays, one per call in the flow): which pod serves each
+call, its own time, delays and failures from the `Day`'s effect fields; durations are
+summed bottom-up and start times laid out top-down. A client span lives in the
+caller's process and the callee's server span is its child, as in
+`trace-sample-rows.csv`. The same arrays give the call events that logs are made from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .faults import ERRORS
+from .topology import GRPC, NAMESPACE, OWN_MS, Topology
+from .workload import BASE_ERR, FLAT_FLOWS, OPTIONAL_CALLS, TRACES_PER_MIN_AT_SCALE_1, Day
+
+KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
+_TRANSIENT = ("Unavailable", 14, "transport is closing")
+_CONNECT = {"refused", "dns"}  # the callee's server span never starts
+_DEADLINE_MS = 1000.0
+
+KV = pa.struct([("key", pa.string()), ("type", pa.string()), ("value", pa.string())])
+SPAN_SCHEMA = pa.schema([
+    ("traceID", pa.string()),
+    ("spanID", pa.string()),
+    ("flags", pa.float64()),
+    ("operationName", pa.string()),
+    ("references", pa.list_(pa.struct([("refType", pa.string()), ("spanID", pa.string()),
+                                       ("traceID", pa.string())]))),
+    ("startTime", pa.int64()),
+    ("startTimeMillis", pa.int64()),
+    ("duration", pa.int64()),
+    ("tags", pa.list_(KV)),
+    ("logs", pa.list_(pa.struct([("fields", pa.list_(KV)), ("timestamp", pa.int64())]))),
+    ("process", pa.struct([("serviceName", pa.string()), ("tags", pa.list_(KV))])),
+])
+_TAG_KEYS = ("rpc.system", "rpc.service", "rpc.method", "net.peer.ip", "net.peer.port", "instrumentation.name",
+             "status.code", "status.message", "span.kind", "internal.span.format")
+_TAG_TYPES = ("string",) * 6 + ("int64",) + ("string",) * 3
+
+
+class Vocab:
+    """Interns strings so that a column of millions is built with one `take`."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        return self.index.setdefault(text, len(self.index))
+
+    def take(self, idx: np.ndarray) -> pa.Array:
+        return pa.array(list(self.index), pa.string()).take(pa.array(idx.ravel()))
+
+
+def status_text(kind: str, topo: Topology, pod: str) -> tuple[str, int, str]:
+    """gRPC status name, code and message of a failed call to `pod`."""
+    name, code, desc = _TRANSIENT if kind == "transient" else ERRORS[kind]
+    service = topo.service_of[pod]
+    port = GRPC.get(service, ("", 6379 if service == "redis-cart" else 4000))[1]
+    return name, code, desc.format(ip=topo.ip_of[pod], port=port, service=service)
+
+
+@dataclass
+class Calls:
+    """Call events of one hour (all arrays of one length): input for the log writer."""
+
+    ts_us: np.ndarray  # when the call ended (the caller logs then)
+    caller: np.ndarray  # pod index of the caller
+    callee: np.ndarray  # pod index of the callee
+    method: np.ndarray  # vocabulary index of the method (or route for frontend requests)
+    kind: np.ndarray  # index into KINDS; 0 = success
+    duration_us: np.ndarray
+    root: np.ndarray  # bool: the user's request at the frontend (caller == callee)
+
+
+@dataclass
+class Hour:
+    spans: pa.Table
+    calls: Calls
+    methods: Vocab
+
+
+def _hex_ids(rng: np.random.Generator, n: int, nbytes: int) -> np.ndarray:
+    return np.frombuffer(rng.bytes(n * nbytes).hex().encode(), dtype=f"S{2 * nbytes}")
+
+
+def _pick(rng, candidates: list[int], minute: np.ndarray, unrouted: np.ndarray) -> np.ndarray:
+    """A pod for each request: uniform over the routable replicas (all of them if none is)."""
+    ok = ~unrouted[np.ix_(minute, candidates)]
+    ok[~ok.any(1)] = True
+    cum = np.cumsum(ok / ok.sum(1, keepdims=True), axis=1)
+    choice = (rng.random(len(minute))[:, None] > cum).sum(1)
+    return np.asarray(candidates)[np.minimum(choice, len(candidates) - 1)]
+
+
+def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -> Hour:
+    """All spans whose request starts in CST hour `hour` of `day`."""
+    topo = day.topo
+    t_day = int(day.start_utc.timestamp() * 1e6)
+    minutes = np.arange(hour * 60, hour * 60 + 60)
+    rate = TRACES_PER_MIN_AT_SCALE_1 * scale * day.load[minutes]
+    vocab, methods = Vocab(), Vocab()
+    spans: dict[str, list] = {k: [] for k in ("trace", "span", "parent", "start", "dur", "pod", "op", "vals")}
+    calls: dict[str, list] = {k: [] for k in ("ts", "caller", "callee", "method", "kind", "dur", "root")}
+    n_traces = 0
+    kind_code = np.array([0] + [(_TRANSIENT if k == "transient" else ERRORS[k])[1] for k in KINDS[1:]])
+    msg_table = np.array([[vocab("")] * len(topo.pods)] + [
+        [vocab(status_text(k, topo, p)[2]) for p in topo.pods] for k in KINDS[1:]])
+    code_vocab = np.array([vocab(str(c)) for c in kind_code])
+    fixed = [vocab(s) for s in ("grpc", "go.opentelemetry.io/otel/sdk/tracer", "server", "client", "jaeger")]
+    ip_vocab = np.array([vocab(topo.ip_of[p]) for p in topo.pods])
+    ports = np.array([vocab(str(p)) for p in range(33000, 33400)])
+
+    for route, share, nodes in FLAT_FLOWS:
+        counts = rng.poisson(rate * share)
+        n = int(counts.sum())
+        if n == 0:
+            continue
+        minute = np.repeat(minutes, counts)
+        t0 = t_day + minute * 60_000_000 + rng.integers(0, 60_000_000, n)
+        trace_ids = np.arange(n_traces, n_traces + n)
+        n_traces += n
+        k_nodes = len(nodes)
+        pod = np.zeros((k_nodes, n), int)
+        own = np.zeros((k_nodes, n))
+        net = np.zeros((k_nodes, n))
+        kind = np.zeros((k_nodes, n), int)  # failure of the call (client side)
+        connect = np.zeros((k_nodes, n), bool)
+        children: list[list[int]] = [[] for _ in nodes]
+        for k, node in enumerate(nodes):
+            cands = [topo.index(p) for p in topo.pods_of(node.service)]
+            pod[k] = _pick(rng, cands, minute, day.unrouted)
+            own[k] = (OWN_MS[node.service] * rng.lognormal(0, 0.35, n) * day.own_factor[minute, pod[k]]
+                      + day.own_extra_ms[minute, pod[k]])
+            own_fail = rng.random(n) < day.own_err[minute, pod[k]]
+            own_kinds = np.array([KINDS.index(day.own_err_kind.get(topo.pods[i], "transient")) for i in cands])
+            transient = np.where(rng.random(n) < BASE_ERR, KINDS.index("transient"), 0)
+            kind[k] = np.where(own_fail, own_kinds[np.searchsorted(cands, pod[k])], transient)
+            if node.parent < 0:
+                continue
+            children[node.parent].append(k)
+            caller = nodes[node.parent].service
+            e_ms, e_err = day.edge_ms.get((caller, node.service)), day.edge_err.get((caller, node.service))
+            net[k] = 0.3 * rng.lognormal(0, 0.3, n)
+            if e_ms is not None:
+                net[k] += e_ms[minute] * rng.lognormal(0, 0.25, n)
+                edge_fail = rng.random(n) < e_err[minute]
+                kind[k] = np.where(edge_fail, KINDS.index(day.edge_err_kind.get((caller, node.service), "transient")), kind[k])
+            down = day.unreachable[minute, pod[k]]
+            down_kinds = np.array([KINDS.index(day.unreachable_kind.get(topo.pods[i], "refused")) for i in cands])
+            kind[k] = np.where(down, down_kinds[np.searchsorted(cands, pod[k])], kind[k])
+            connect[k] = np.isin(kind[k], [KINDS.index(c) for c in _CONNECT])
+
+        # Bottom-up: durations and failures; a failed required call fails its caller.
+        client = np.zeros((k_nodes, n))
+        server = np.zeros((k_nodes, n))
+        for k in reversed(range(k_nodes)):
+            server[k] = own[k] + sum((client[c] for c in children[k]), np.zeros(n))
+            for c in children[k]:
+                if (nodes[k].service, nodes[c].service) not in OPTIONAL_CALLS:
+                    kind[k] = np.where((kind[k] == 0) & (kind[c] > 0), kind[c], kind[k])
+            client[k] = np.where(connect[k], rng.uniform(0.5, 3.0, n), server[k] + net[k])
+            late = kind[k] == KINDS.index("deadline")
+            client[k] = np.where(late, np.maximum(client[k], _DEADLINE_MS * rng.uniform(0.9, 1.1, n)), client[k])
+
+        # Top-down: start times and which spans exist.
+        cursor = np.zeros((k_nodes, n))
+        s_start = np.zeros((k_nodes, n))
+        c_start = np.zeros((k_nodes, n))
+        reached = np.ones((k_nodes, n), bool)  # the server span ran
+        s_start[0] = t0
+        cursor[0] = t0 + 200 * own[0]
+        span_id = {}
+        for k, node in enumerate(nodes):
+            p = node.parent
+            if p >= 0:
+                c_start[k] = cursor[p]
+                cursor[p] += (client[k] + 0.05) * 1000
+                s_start[k] = c_start[k] + net[k] * 500
+                cursor[k] = s_start[k] + 200 * own[k]
+                reached[k] = reached[p] & ~connect[k]
+                calls["ts"].append((c_start[k] + client[k] * 1000)[reached[p]])
+                calls["caller"].append(pod[p][reached[p]])
+                calls["callee"].append(pod[k][reached[p]])
+                calls["method"].append(np.full(reached[p].sum(), methods(node.method)))
+                calls["kind"].append(kind[k][reached[p]])
+                calls["dur"].append(client[k][reached[p]] * 1000)
+                calls["root"].append(np.zeros(reached[p].sum(), bool))
+            if not node.traced:
+                continue
+            server_kind = np.where(connect[k], 0, kind[k]) if p >= 0 else kind[0]
+            span_id[k, "server"] = _hex_ids(rng, n, 8)
+            rows = []  # (mask, span ids, parent ids, start, duration, pod, kind value, peer ip, peer port, status)
+            if p >= 0:
+                span_id[k, "client"] = _hex_ids(rng, n, 8)
+                svc_name, port = GRPC[node.service]
+                rows.append((reached[p], span_id[k, "client"], span_id[p, "server"], c_start[k], client[k],
+                             pod[p], fixed[3], np.full(n, vocab(node.service)), np.full(n, vocab(str(port))),
+                             kind[k], node.service))
+                rows.append((reached[k], span_id[k, "server"], span_id[k, "client"], s_start[k], server[k],
+                             pod[k], fixed[2], ip_vocab[pod[p]], ports[rng.integers(0, len(ports), n)],
+                             server_kind, node.service))
+            else:
+                rows.append((reached[k], span_id[k, "server"], np.full(n, b"", "S16"), s_start[k], server[k],
+                             pod[k], fixed[2], np.full(n, vocab("")), np.full(n, vocab("")), server_kind, ""))
+            for mask, sid, parent, start, dur, span_pod, kind_v, peer_ip, peer_port, status, callee in rows:
+                rpc_service = vocab(GRPC[callee][0] if callee else "frontend")
+                op = f"{GRPC[callee][0]}/{node.method}" if callee else route
+                vals = np.stack([
+                    np.full(n, fixed[0]), np.full(n, rpc_service), np.full(n, vocab(node.method)), peer_ip, peer_port,
+                    np.full(n, fixed[1]), code_vocab[status], msg_table[status, pod[k]], np.full(n, kind_v),
+                    np.full(n, fixed[4]),
+                ], axis=1)
+                spans["trace"].append(trace_ids[mask])
+                spans["span"].append(sid[mask])
+                spans["parent"].append(parent[mask])
+                spans["start"].append(start[mask])
+                spans["dur"].append(np.maximum(1, dur[mask] * 1000))
+                spans["pod"].append(span_pod[mask])
+                spans["op"].append(np.full(mask.sum(), vocab(op)))
+                spans["vals"].append(vals[mask])
+        calls["ts"].append(t0 + server[0] * 1000)
+        calls["caller"].append(pod[0])
+        calls["callee"].append(pod[0])
+        calls["method"].append(np.full(n, methods(route)))
+        calls["kind"].append(kind[0])
+        calls["dur"].append(server[0] * 1000)
+        calls["root"].append(np.ones(n, bool))
+
+    table = _span_table(spans, vocab, _hex_ids(rng, n_traces, 16), topo, rng)
+    cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in calls.items()}
+    return Hour(table, Calls(cat["ts"].astype(np.int64), cat["caller"].astype(int), cat["callee"].astype(int),
+                             cat["method"].astype(int), cat["kind"].astype(int), cat["dur"].astype(np.int64),
+                             cat["root"].astype(bool)), methods)
+
+
+def _kv(keys: pa.Array, types: pa.Array, values: pa.Array, per_row: int) -> pa.ListArray:
+    n = len(keys) // per_row
+    items = pa.StructArray.from_arrays([keys, types, values], fields=list(KV))
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * per_row), items)
+
+
+def _tile(strings, n: int) -> pa.Array:
+    return pa.array(list(strings), pa.string()).take(pa.array(np.tile(np.arange(len(strings)), n)))
+
+
+def _process_tags(topo: Topology) -> pa.ListArray:
+    keys = ("exporter", "float", "ip", "name", "node_name", "namespace")
+    types = ("string", "float64", "string", "string", "string", "string")
+    values = [v for p in topo.pods for v in ("jaeger", "312.23", topo.ip_of[p], p, topo.node_of[p], NAMESPACE)]
+    return _kv(_tile(keys, len(topo.pods)), _tile(types, len(topo.pods)), pa.array(values), len(keys))
+
+
+def _span_table(spans: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology, rng) -> pa.Table:
+    if not spans["span"]:
+        return SPAN_SCHEMA.empty_table()
+    cols = {k: np.concatenate(v) for k, v in spans.items()}
+    order = np.argsort(cols["start"], kind="stable")
+    cols = {k: v[order] for k, v in cols.items()}
+    n = len(order)
+    start = cols["start"].astype(np.int64)
+    dur = cols["dur"].astype(np.int64)
+    trace_id = pa.array(trace_hex[cols["trace"]]).cast(pa.string())
+    span_id = pa.array(cols["span"]).cast(pa.string())
+    has_parent = cols["parent"] != b""
+    ref_offsets = np.concatenate([[0], np.cumsum(has_parent)]).astype(np.int32)
+    refs = pa.StructArray.from_arrays(
+        [pa.array(np.full(has_parent.sum(), "CHILD_OF")), pa.array(cols["parent"][has_parent]).cast(pa.string()),
+         trace_id.filter(pa.array(has_parent))], fields=list(SPAN_SCHEMA.field("references").type.value_type))
+    tags = _kv(_tile(_TAG_KEYS, n), _tile(_TAG_TYPES, n), vocab.take(cols["vals"]), len(_TAG_KEYS))
+    # Two message events per span: the request going out/in and the reply.
+    is_client = cols["vals"][:, 8] == vocab("client")
+    first, second = np.where(is_client, "SENT", "RECEIVED"), np.where(is_client, "RECEIVED", "SENT")
+    sizes = rng.integers(8, 400, (n, 2)).astype(str)
+    fvals = np.stack([np.stack([first, np.full(n, "1"), sizes[:, 0], np.full(n, "message")], 1),
+                      np.stack([second, np.full(n, "1"), sizes[:, 1], np.full(n, "message")], 1)], 1)
+    fields = _kv(_tile(("message.type", "message.id", "message.uncompressed_size", "name"), 2 * n),
+                 _tile(("string", "int64", "int64", "string"), 2 * n), pa.array(fvals.ravel()), 4)
+    stamps = np.stack([start + 40, start + np.maximum(dur - 10, 1)], 1).ravel()
+    events = pa.StructArray.from_arrays([fields, pa.array(stamps)], fields=list(SPAN_SCHEMA.field("logs").type.value_type))
+    logs = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * 2), events)
+    pod_idx = pa.array(cols["pod"])
+    process = pa.StructArray.from_arrays(
+        [pa.array([topo.service_of[p] for p in topo.pods]).take(pod_idx), _process_tags(topo).take(pod_idx)],
+        fields=list(SPAN_SCHEMA.field("process").type))
+    return pa.Table.from_arrays([
+        trace_id, span_id, pa.array(np.ones(n)), vocab.take(cols["op"]),
+        pa.ListArray.from_arrays(pa.array(ref_offsets), refs), pa.array(start), pa.array(start // 1000),
+        pa.array(dur), tags, logs, process,
+    ], schema=SPAN_SCHEMA)

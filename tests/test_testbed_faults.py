@@ -1,0 +1,95 @@
+"""Every fault type leaves its ground-truth signature on its target, inside its window only."""
+
+import datetime as dt
+import hashlib
+
+import duckdb
+import pytest
+
+from testbed.faults import FAULTS
+from testbed.schedule import random_cases
+from testbed.simulate import simulate
+from testbed.topology import Topology
+
+# fault type -> (where, what, direction): the key metric or log keyword the truth names.
+SIGNATURES = {
+    "cpu stress": ("pod", "pod_cpu_usage", "up"),
+    "memory stress": ("pod", "pod_memory_working_set_bytes", "up"),
+    "pod kill": ("pod", "pod_memory_working_set_bytes", "down"),
+    "pod failure": ("log", "connection refused", "up"),
+    "jvm cpu": ("log", "adservice--stress", "up"),
+    "jvm gc": ("log", "GCHelper", "up"),
+    "jvm latency": ("log", "adservice-getRandomAds-latency", "up"),
+    "jvm exception": ("log", "adservice-getrandomads-exception", "up"),
+    "network delay": ("apm", "rrt", "up"),
+    "network loss": ("apm", "rrt", "up"),
+    "network corrupt": ("apm", "error_ratio", "up"),
+    "dns error": ("log", "no such host", "up"),
+    "target port misconfig": ("log", "connection refused", "up"),
+    "code error": ("log", "code error", "up"),
+    "io fault": ("tikv", "io_util", "up"),
+    "node cpu stress": ("node", "node_cpu_usage_rate", "up"),
+    "node memory stress": ("node", "node_memory_usage_rate", "up"),
+    "node disk fill": ("node", "node_filesystem_usage_rate", "up"),
+}
+
+
+def test_library_has_every_fault_type():
+    assert set(FAULTS) == set(SIGNATURES) and len(FAULTS) == 18
+    for fault in FAULTS.values():
+        assert fault.key_metrics and fault.key_observations and fault.fault_description
+
+
+def _query(dump, case, where, what, lo, hi):
+    day = (case.start + dt.timedelta(hours=8)).date().isoformat()
+    metric = dump / day / "metric-parquet"
+    truth = case.truth
+    column = "cast(time as timestamptz)"
+    if where == "log":
+        column = 'cast("@timestamp" as timestamptz)'
+    span = f"{column} >= TIMESTAMPTZ '{lo.isoformat()}' and {column} < TIMESTAMPTZ '{hi.isoformat()}'"
+    if where == "pod":
+        pods = ", ".join(f"'{p}'" for p in case.target.pods)
+        sql = f"select avg({what}) from '{metric}/infra/infra_pod/infra_pod_{what}_{day}.parquet' where pod in ({pods})"
+    elif where == "node":
+        sql = (f"select avg({what}) from '{metric}/infra/infra_node/infra_node_{what}_{day}.parquet' "
+               f"where kubernetes_node = '{truth['instance']}'")
+    elif where == "tikv":
+        sql = f"select avg({what}) from '{metric}/other/infra_tikv_{what}_{day}.parquet' where true"
+    elif where == "apm":
+        sql = (f"select avg({what}) from '{metric}/apm/pod_ns_hipstershop_{day}.parquet' "
+               f"where object_id = '{truth['source']}'")
+    else:
+        sql = (f"select count(*) from '{dump}/{day}/log-parquet/*.parquet' "
+               f"where message ilike '%{what}%' and {span}")
+        return duckdb.execute(sql).fetchone()[0]
+    return duckdb.execute(f"{sql} and {span}").fetchone()[0]
+
+
+@pytest.mark.parametrize("fault_type", sorted(SIGNATURES))
+def test_fault_signature_in_window_only(every_fault, fault_type):
+    dump, cases = every_fault
+    case = next(c for c in cases if c.fault.name == fault_type)
+    where, what, direction = SIGNATURES[fault_type]
+    during = _query(dump, case, where, what, case.start + dt.timedelta(minutes=2), case.end)
+    before = _query(dump, case, where, what, case.start - dt.timedelta(minutes=30),
+                    case.start - dt.timedelta(minutes=5))
+    if where == "log":
+        assert during >= 3 and before == 0, (during, before)
+    elif direction == "up":
+        assert during > 1.5 * before + 1e-3, (during, before)
+    else:
+        assert during < 0.7 * before, (during, before)
+
+
+def _digest(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_same_seed_same_bytes(tmp_path):
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        topo = Topology.build(seed)
+        simulate(tmp_path / name, random_cases(2, topo, seed), topo, scale=0.002, seed=seed)
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
