@@ -18,6 +18,7 @@ test: setup
 
 demo: setup
 	$(BIN)/rcalab simulate $(DEMO)/dump --schedule data/demo-schedule.jsonl --scale 0.01 --seed 7
+	$(BIN)/rcalab etl $(DEMO)/dump --db $(DEMO)/store.duckdb
 
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results

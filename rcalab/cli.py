@@ -98,3 +98,48 @@ def bench(what, out, scale):
                       else str(value))
     Console().print(table)
     click.echo(f"saved {out / f'{what}.json'}")
+
+
+@cli.command()
+@click.argument("dump", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The DuckDB store.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "challenge2025", "nezha"]), default="auto",
+              show_default=True, help="Dump layout; auto detects it.")
+@reports_errors
+def etl(dump, db, fmt):
+    """Load a telemetry dump into the feature store, incrementally (unchanged files are skipped).
+
+    Exit status 2 when some files failed (they are listed, and recorded in the manifest).
+
+    Example: rcalab etl out --db store.duckdb
+    """
+    from etl.loader import run_etl
+
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("loading", total=None)
+        report = run_etl(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=what))
+    click.echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
+               f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed -> {db}")
+    if report.feature_rows:
+        click.echo("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()))
+    for path, reason in report.failed:
+        click.echo(f"failed: {path}: {reason}", err=True)
+    if report.partial:
+        raise SystemExit(2)
+
+
+@cli.command()
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@reports_errors
+def schema(db):
+    """Print every table of a store with its columns and what it holds.
+
+    Example: rcalab schema --db store.duckdb
+    """
+    from etl.store import DESCRIPTIONS, connect
+
+    con = connect(db, read_only=True)
+    tables = con.execute("""select table_name, string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position)
+                            from information_schema.columns group by table_name order by table_name""").fetchall()
+    for name, columns in tables:
+        click.echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")

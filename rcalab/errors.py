@@ -11,3 +11,15 @@ class ScheduleError(RcalabError):
 
 class OutputError(RcalabError):
     """An output location that cannot be written."""
+
+
+class StoreError(RcalabError):
+    """A feature store that cannot be opened or is busy."""
+
+
+class DumpError(RcalabError):
+    """A dump whose layout or format cannot be read."""
+
+
+class LoadError(RcalabError):
+    """One input file that cannot be loaded; the rest of the load goes on."""

@@ -1,0 +1,1 @@
+"""Nightly, incremental ETL of telemetry dumps into a DuckDB feature store."""

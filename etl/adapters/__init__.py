@@ -1,0 +1,28 @@
+"""Dump formats. Each adapter finds a dump's input files and gives, per file, a DuckDB query
+that returns the file's rows in the canonical columns (see `etl.store`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rcalab.errors import DumpError
+
+from . import challenge2025, nezha
+from .base import InputFile, sql_path
+
+__all__ = ["ADAPTERS", "TABLES", "InputFile", "adapter_for", "sql_path"]
+
+ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha}
+TABLES = {"metric": "metric_points", "log": "log_lines", "trace": "spans"}
+
+
+def adapter_for(root: Path, fmt: str = "auto"):
+    """The adapter named by `fmt`, or the one whose layout `root` has."""
+    if fmt != "auto":
+        if fmt not in ADAPTERS:
+            raise DumpError(f"unknown format '{fmt}' (known: {', '.join(ADAPTERS)})")
+        return ADAPTERS[fmt]
+    for adapter in ADAPTERS.values():
+        if adapter.detect(root):
+            return adapter
+    raise DumpError(f"{root}: no known dump layout (looked for {', '.join(ADAPTERS)}); pass --format")

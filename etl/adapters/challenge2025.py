@@ -1,0 +1,109 @@
+"""The 2025 AIOps Challenge layout (DATA.md): CST day folders of parquet, UTC times inside."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+
+from rcalab.errors import LoadError
+
+from .base import InputFile, sql_path
+
+NAME = "challenge2025"
+APM_METRICS = ("request", "response", "rrt", "rrt_max", "error", "client_error", "server_error", "timeout",
+               "error_ratio", "client_error_ratio", "server_error_ratio")
+INFRA_LABELS = {"time", "cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint",
+                "namespace", "object_type", "pod", "sql_type", "type"}
+# infra family folder or file prefix -> (source, service of the TiDB part or None)
+FAMILIES = {"infra_pod": ("infra_pod", None), "infra_node": ("infra_node", None),
+            "infra_tidb": ("tidb", "tidb-tidb"), "infra_tikv": ("tikv", "tidb-tikv"), "infra_pd": ("pd", "tidb-pd")}
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}$")
+UTC_TS = "cast(cast({} as timestamptz) as timestamp)"
+SERVICE_OF_POD = r"regexp_replace({}, '-\d+$', '')"
+
+
+def detect(root: Path) -> bool:
+    return any((d / sub).is_dir() for d in _days(root) for sub in ("metric-parquet", "trace-parquet", "log-parquet"))
+
+
+def _days(root: Path) -> list[Path]:
+    root = Path(root)
+    days = [d for d in root.iterdir() if d.is_dir() and _DAY.match(d.name)] if root.is_dir() else []
+    return sorted(days) or ([root] if _DAY.match(root.name) else [])
+
+
+def discover(root: Path):
+    files = []
+    for day in _days(root):
+        for path in sorted(day.rglob("*.parquet")):
+            rel = path.relative_to(day).as_posix()
+            if "deleted" in path.name:
+                files.append(InputFile(path, "skip", "a 'deleted' file"))
+            elif rel.startswith("log-parquet/"):
+                files.append(InputFile(path, "log"))
+            elif rel.startswith("trace-parquet/"):
+                files.append(InputFile(path, "trace"))
+            elif rel.startswith("metric-parquet/apm/pod_ns_"):
+                files.append(InputFile(path, "skip", "the union of apm/pod and apm/service"))
+            elif rel.startswith("metric-parquet/"):
+                files.append(InputFile(path, "metric"))
+            else:
+                files.append(InputFile(path, "skip", "not part of the layout"))
+    return files
+
+
+def query(con: duckdb.DuckDBPyConnection, file) -> str:
+    """A SELECT of the file's rows in canonical columns (without file_id)."""
+    src = f"read_parquet('{sql_path(file.path)}')"
+    if file.kind == "log":
+        return f"""
+        select {UTC_TS.format('"@timestamp"')} as ts, k8_pod as component, {SERVICE_OF_POD.format('k8_pod')} as service,
+               k8_node_name as node, message,
+               case when json_valid(message) then concat_ws(' ', json_extract_string(message, '$.severity'),
+                    json_extract_string(message, '$.level'), json_extract_string(message, '$.message'),
+                    json_extract_string(message, '$.error')) else message end as text
+        from {src}"""
+    if file.kind == "trace":
+        def tag(col, key):
+            return f"list_filter({col}, lambda t: t.key = '{key}')[1].value"
+        return f"""
+        select traceID as trace_id, spanID as span_id,
+               list_filter("references", lambda r: r.refType = 'CHILD_OF')[1].spanID as parent_span_id,
+               make_timestamp(startTime) as ts, duration as duration_us, process.serviceName as service,
+               {tag('process.tags', 'name')} as pod, {tag('process.tags', 'node_name')} as node,
+               operationName as operation, {tag('tags', 'span.kind')} as kind,
+               try_cast({tag('tags', 'status.code')} as integer) as status_code
+        from {src}"""
+    rel = file.path.as_posix()
+    if "/apm/" in rel:
+        metrics = ", ".join(APM_METRICS)
+        doubles = ", ".join(f"cast({m} as double) as {m}" for m in APM_METRICS)
+        return f"""
+        select {UTC_TS.format('time')} as ts, 'apm' as source, object_id as component, object_type as component_kind,
+               case when object_type = 'pod' then {SERVICE_OF_POD.format('object_id')} else object_id end as service,
+               cast(null as text) as node, metric, value
+        from (unpivot (select time, object_id, object_type, {doubles} from {src})
+              on {metrics} into name metric value value)"""
+    family = next((f for f in FAMILIES if f in file.path.name), None)
+    if family is None:
+        raise LoadError(f"{file.path}: not an apm or infra metric file")
+    columns = [r[0] for r in con.execute(f"describe select * from {src}").fetchall()]
+    values = [c for c in columns if c not in INFRA_LABELS]
+    if len(values) != 1:
+        raise LoadError(f"{file.path}: expected one value column besides {sorted(INFRA_LABELS)}, found {values}")
+    kpi = values[0]
+    source, part = FAMILIES[family]
+    if family == "infra_pod":
+        who = f"pod as component, 'pod' as component_kind, {SERVICE_OF_POD.format('pod')} as service, instance as node"
+    elif family == "infra_node":
+        who = ("coalesce(nullif(kubernetes_node, ''), instance) as component, 'node' as component_kind, "
+               "cast(null as text) as service, coalesce(nullif(kubernetes_node, ''), instance) as node")
+    else:
+        who = (f"coalesce(nullif(pod, ''), '{part}') as component, 'tidb' as component_kind, '{part}' as service, "
+               "nullif(instance, '') as node")
+    return f"""
+    select {UTC_TS.format('time')} as ts, '{source}' as source, {who}, '{kpi}' as metric,
+           cast("{kpi}" as double) as value
+    from {src}"""

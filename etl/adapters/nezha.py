@@ -1,0 +1,66 @@
+"""The Nezha layout (real Train Ticket data): per-pod metric CSVs, per-minute log and trace CSVs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from .base import InputFile, sql_path
+
+NAME = "nezha"
+# ts-contacts-service-866bd68c97-dzqgd -> ts-contacts-service (Deployment pod names)
+SERVICE_OF_POD = r"regexp_replace({}, '-[a-z0-9]{{6,10}}-[a-z0-9]{{5}}$', '')"
+
+
+def detect(root: Path) -> bool:
+    root = Path(root)
+    return root.is_dir() and (any(root.rglob("*fault_list.json")) or any(root.rglob("metric/*_metric.csv")))
+
+
+def discover(root: Path) -> list[InputFile]:
+    root = Path(root)
+    if (root / "rca_data").is_dir():  # the published tree: rca_data holds the days, construct_data a baseline
+        root = root / "rca_data"
+    files = []
+    for path in sorted(root.rglob("*.csv")):
+        folder = path.parent.name
+        if folder == "metric":
+            files.append(InputFile(path, "metric"))
+        elif folder == "log":
+            files.append(InputFile(path, "log"))
+        elif folder == "trace":
+            files.append(InputFile(path, "trace"))
+        else:
+            files.append(InputFile(path, "skip", "not metrics, logs or traces"))
+    files += [InputFile(p, "skip", "fault labels (read by 'rcalab cases')") for p in sorted(root.rglob("*.json"))]
+    return files
+
+
+def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> str:
+    src = f"read_csv('{sql_path(file.path)}', header = true)"
+    if file.kind == "log":
+        return f"""
+        select make_timestamp(cast(TimeUnixNano as bigint) // 1000) as ts, PodName as component,
+               {SERVICE_OF_POD.format('PodName')} as service, Node as node, Log as message,
+               coalesce(trim(json_extract_string(Log, '$.log')), Log) as text
+        from {src}"""
+    if file.kind == "trace":
+        return f"""
+        select TraceID as trace_id, SpanID as span_id, nullif(ParentID, 'root') as parent_span_id,
+               make_timestamp(cast(StartTimeUnixNano as bigint) // 1000) as ts,
+               cast(Duration as bigint) as duration_us, {SERVICE_OF_POD.format('PodName')} as service,
+               PodName as pod, cast(null as text) as node, OperationName as operation, cast(null as text) as kind,
+               cast(null as integer) as status_code
+        from {src}"""
+    columns = [r[0] for r in con.execute(f"describe select * from {src}").fetchall()]
+    who = "PodName" if "PodName" in columns else "ServiceName"
+    kind = "pod" if who == "PodName" else "service"
+    keep = ", ".join(f'cast("{c}" as double) as "{c}"' for c in columns if c not in ("Time", "TimeStamp", who))
+    service = SERVICE_OF_POD.format(who) if kind == "pod" else who
+    return f"""
+    select ts, '{kind}' as source, component, '{kind}' as component_kind, {service.replace(who, 'component')} as service,
+           cast(null as text) as node, metric, value
+    from (unpivot (select to_timestamp(cast(TimeStamp as bigint))::timestamp as ts, {who} as component, {keep}
+                   from {src})
+          on columns(* exclude (ts, component)) into name metric value value)"""

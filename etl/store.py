@@ -1,0 +1,101 @@
+"""The feature store: one DuckDB file, its schema as ordered migrations, and the ETL lock."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from rcalab.errors import StoreError
+
+# Ordered, append-only: each migration runs once, in a transaction, when the store opens.
+MIGRATIONS = [
+    ("canonical tables", """
+    create table manifest (file_id integer primary key, path text unique, kind text, rows bigint, bytes bigint,
+        mtime double, status text, error text, loaded_at timestamp);
+    create table metric_points (ts timestamp, source text, component text, component_kind text, service text,
+        node text, metric text, value double, file_id integer);
+    create table log_lines (ts timestamp, component text, service text, node text, template_id integer,
+        message text, file_id integer);
+    create table spans (trace_id text, span_id text, parent_span_id text, ts timestamp, duration_us bigint,
+        service text, pod text, node text, operation text, kind text, status_code integer, file_id integer);
+    create table placement (pod text, service text, node text, first_seen timestamp, last_seen timestamp);
+    """),
+    ("feature tables", """
+    create table log_templates (template_id integer primary key, template text, first_seen timestamp,
+        lines bigint);
+    create table log_masked (masked text primary key, template_id integer);
+    create table drain_state (id integer primary key, state blob);
+    create table log_template_minute (minute timestamp, component text, service text, template_id integer,
+        lines bigint);
+    create table metric_anomaly (ts timestamp, source text, component text, service text, metric text,
+        value double, baseline double, z double);
+    create table changepoints (ts timestamp, day date, source text, component text, service text, metric text,
+        before double, after double, score double);
+    create table trace_edge_minute (minute timestamp, caller text, caller_pod text, callee text, callee_pod text,
+        calls bigint, errors bigint, p50_us double, p95_us double, p99_us double, callee_p95_us double);
+    create table trace_edge_anomaly (minute timestamp, caller text, callee text, calls bigint, errors bigint,
+        p95_us double, baseline_p95_us double, latency_z double, error_rate double, baseline_error_rate double);
+    """),
+    ("days whose features wait for a refresh", "create table dirty_days (day date primary key);"),
+]
+
+# One line per table for `rcalab schema`.
+DESCRIPTIONS = {
+    "manifest": "every input file: loaded, skipped or failed (with the reason), its size, mtime and rows",
+    "metric_points": "every metric value, long format; metric names verbatim from the source",
+    "log_lines": "every log line with its pod, service, node and Drain3 template",
+    "spans": "every span: trace, parent, start, duration, service, pod, node, kind, status",
+    "placement": "which pod ran on which node, first and last seen",
+    "log_templates": "Drain3 templates (ids kept across nightly runs) with line counts",
+    "log_masked": "masked message -> template id (identical masked messages are mined once)",
+    "drain_state": "the Drain3 miner's saved state",
+    "log_template_minute": "log lines per component, template and minute",
+    "metric_anomaly": "robust z-score of each metric point against the trailing hour (median, MAD)",
+    "changepoints": "change points per series and day (ruptures KernelCPD, linear kernel) with levels around them",
+    "trace_edge_minute": "caller -> callee calls, errors and latency percentiles per minute (pods too)",
+    "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
+    "schema_version": "the migrations applied to this store",
+    "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",
+}
+
+
+def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) a store and bring its schema up to date."""
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as e:
+        raise StoreError(f"cannot open store {path}: {e}") from None
+    if not read_only:
+        migrate(con)
+    return con
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("create table if not exists schema_version (step integer primary key, name text)")
+    done = {row[0] for row in con.execute("select step from schema_version").fetchall()}
+    for step, (name, sql) in enumerate(MIGRATIONS, 1):
+        if step in done:
+            continue
+        con.execute("begin")
+        con.execute(sql)
+        con.execute("insert into schema_version values (?, ?)", [step, name])
+        con.execute("commit")
+
+
+@contextmanager
+def exclusive(path: Path | str):
+    """Hold the store's ETL lock; a second ETL on the same store fails at once with a clear message."""
+    lock_path = Path(str(path) + ".lock")
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(f"another ETL is writing {path} (lock {lock_path}); try again when it ends") from None
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,64 @@
+"""Robust z-scores against a trailing window: the metric and trace-edge anomaly tables."""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from . import frame
+
+WINDOW = 60  # minutes of trailing baseline
+MIN_HISTORY = 30
+
+
+def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.DataFrame:
+    """Add `baseline` (trailing median) and `z` ((value - median) / (1.4826 MAD)) per series.
+
+    Where a series has less than `MIN_HISTORY` minutes behind it (the start of a dump),
+    its median over the whole refresh stands in: a fault in the first minutes would
+    otherwise become its own baseline. The scale has floors (5 % of the median, 1e-9) so
+    that flat series do not divide by zero: a flat series that moves gets a large z.
+    """
+    v = pl.col(value)
+    early = pl.int_range(pl.len()).over(keys) < MIN_HISTORY
+    trailing = v.rolling_median(WINDOW, min_samples=1).shift(1).over(keys)
+    df = df.sort([*keys, order]).with_columns(baseline=pl.when(early).then(v.median().over(keys)).otherwise(trailing))
+    dev = (v - pl.col("baseline")).abs()
+    mad = pl.when(early).then(dev.median().over(keys)).otherwise(
+        dev.rolling_median(WINDOW, min_samples=1).shift(1).over(keys))
+    scale = pl.max_horizontal(1.4826 * mad, 0.05 * pl.col("baseline").abs(), pl.lit(1e-9))
+    return df.with_columns(z=((v - pl.col("baseline")) / scale).fill_null(0.0))
+
+
+def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
+    """Recompute `metric_anomaly` for [lo, hi), using the hour before lo as baseline."""
+    df = frame(con, """
+        select ts, source, component, service, metric, avg(value) as value from metric_points
+        where ts >= ?::timestamp - interval 60 minutes and ts < ? group by all""", [lo, hi])
+    if df.is_empty():
+        return 0
+    out = robust_z(df, ["source", "component", "metric"], "value", "ts").filter(pl.col("ts") >= lo)
+    out = out.select("ts", "source", "component", "service", "metric", "value", "baseline", "z")
+    con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
+    con.execute("insert into metric_anomaly select * from out")
+    return out.height
+
+
+def refresh_edge_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
+    """Recompute `trace_edge_anomaly` (service to service) for [lo, hi) from `trace_edge_minute`."""
+    df = frame(con, """
+        select minute, caller, callee, sum(calls) as calls, sum(errors) as errors, max(p95_us) as p95_us,
+               sum(errors) / sum(calls) as error_rate
+        from trace_edge_minute where minute >= ?::timestamp - interval 60 minutes and minute < ?
+        group by all""", [lo, hi])
+    if df.is_empty():
+        return 0
+    keys = ["caller", "callee"]
+    out = robust_z(df, keys, "p95_us", "minute").rename({"baseline": "baseline_p95_us", "z": "latency_z"})
+    out = out.with_columns(baseline_error_rate=pl.col("error_rate").rolling_mean(WINDOW, min_samples=1)
+                           .shift(1).over(keys).fill_null(0.0)).filter(pl.col("minute") >= lo)
+    out = out.select("minute", "caller", "callee", "calls", "errors", "p95_us", "baseline_p95_us", "latency_z",
+                     "error_rate", "baseline_error_rate")
+    con.execute("delete from trace_edge_anomaly where minute >= ? and minute < ?", [lo, hi])
+    con.execute("insert into trace_edge_anomaly select * from out")
+    return out.height

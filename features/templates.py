@@ -1,0 +1,86 @@
+"""Drain3 log templates. Messages are masked in SQL (ids, IPs, numbers, UUIDs, hex), and each
+distinct masked message is mined once; the miner's state lives in the store, so template ids
+stay the same from one nightly run to the next."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+from drain3 import TemplateMiner
+from drain3.persistence_handler import PersistenceHandler
+from drain3.template_miner_config import TemplateMinerConfig
+
+# Applied in order; SQL (RE2) patterns over the text a log line is templated from.
+MASKS = (
+    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<UUID>"),
+    (r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(:\d+)?", "<IP>"),
+    (r"\b(0x)?[0-9a-fA-F]*\d[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\d[0-9a-fA-F]*\b",
+     "<HEX>"),
+    (r"\b[A-Z0-9]{10}\b", "<ID>"),
+    (r"-?\b\d+(\.\d+)?\b", "<NUM>"),
+)
+MAX_CHARS = 400
+
+
+def mask_sql(column: str) -> str:
+    expr = f"left({column}, {MAX_CHARS})"
+    for pattern, token in MASKS:
+        expr = f"regexp_replace({expr}, '{pattern}', '{token}', 'g')"
+    return expr
+
+
+class StoreState(PersistenceHandler):
+    """Drain3 persistence in the store's `drain_state` table."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con = con
+
+    def save_state(self, state: bytes) -> None:
+        self.con.execute("insert or replace into drain_state values (1, ?)", [state])
+
+    def load_state(self) -> bytes | None:
+        rows = self.con.execute("select state from drain_state where id = 1").fetchall()
+        return bytes(rows[0][0]) if rows else None
+
+
+def _miner(con: duckdb.DuckDBPyConnection) -> TemplateMiner:
+    config = TemplateMinerConfig()  # explicit: never read drain3.ini from the working directory
+    config.drain_sim_th = 0.5
+    config.drain_depth = 4
+    config.parametrize_numeric_tokens = True
+    return TemplateMiner(StoreState(con), config)
+
+
+def mine_new(con: duckdb.DuckDBPyConnection, staged: str) -> int:
+    """Give every masked message in table `staged` (column `masked`) a template id; returns how many were new."""
+    new = [r[0] for r in con.execute(
+        f"select distinct masked from {staged} where masked not in (select masked from log_masked)").fetchall()]
+    if not new:
+        return 0
+    miner = _miner(con)
+    handler, miner.persistence_handler = miner.persistence_handler, None  # save once, at the end
+    ids = [miner.add_log_message(text)["cluster_id"] for text in new]
+    miner.persistence_handler = handler
+    miner.save_state("etl")
+    masked = pa.table({"masked": new, "template_id": pa.array(ids, pa.int32())})
+    con.execute("insert into log_masked select * from masked")
+    clusters = miner.drain.clusters
+    templates = pa.table({"template_id": pa.array([c.cluster_id for c in clusters], pa.int32()),
+                          "template": [c.get_template() for c in clusters]})
+    con.execute("""insert into log_templates select template_id, template, null, 0 from templates
+                   on conflict (template_id) do update set template = excluded.template""")
+    return len(new)
+
+
+def refresh_template_minute(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
+    con.execute("delete from log_template_minute where minute >= ? and minute < ?", [lo, hi])
+    con.execute("""
+        insert into log_template_minute
+        select date_trunc('minute', ts), component, service, template_id, count(*) from log_lines
+        where ts >= ? and ts < ? group by all""", [lo, hi])
+    con.execute("""
+        update log_templates t set lines = c.n, first_seen = c.first
+        from (select template_id, count(*) as n, min(ts) as first from log_lines group by all) c
+        where t.template_id = c.template_id""")
+    return con.execute("select count(*) from log_template_minute where minute >= ? and minute < ?",
+                       [lo, hi]).fetchall()[0][0]

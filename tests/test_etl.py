@@ -1,0 +1,224 @@
+"""ETL of both dump formats into the store: tables, features, incremental reruns, bad input."""
+
+import json
+import shutil
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from conftest import SHARED
+from etl import loader, store
+from etl.loader import run_etl
+from rcalab.cli import cli
+from rcalab.errors import StoreError
+
+DAY = "2025-06-06"
+FEATURES = ("metric_anomaly", "log_template_minute", "trace_edge_minute", "trace_edge_anomaly")
+
+
+@pytest.fixture(scope="module")
+def loaded(replay, tmp_path_factory):
+    db = tmp_path_factory.mktemp("store") / "store.duckdb"
+    report = run_etl(replay, db)
+    return db, report
+
+
+def q(db, sql, params=None):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def test_challenge_dump_loads_every_table(loaded, replay):
+    db, report = loaded
+    assert report.format == "challenge2025" and not report.failed
+    names = {r[0] for r in q(db, "select distinct metric from metric_points")}
+    assert {"pod_cpu_usage", "rrt", "error_ratio", "node_cpu_usage_rate", "io_util", "store_up_count"} <= names
+    (pod, node), = q(db, "select pod, node from spans where service = 'frontend' and pod is not null limit 1")
+    assert pod.startswith("frontend-") and node.startswith("aiops-k8s-")
+    (with_parent,), = q(db, "select count(parent_span_id) from spans")
+    assert with_parent > 0
+    placement = dict(q(db, "select pod, node from placement where pod = 'cartservice-0'"))
+    assert placement["cartservice-0"].startswith("aiops-k8s-")
+    (skipped,), = q(db, "select count(*) from manifest where status = 'skipped' and path like '%pod_ns_%'")
+    assert skipped == 1
+
+
+def test_every_feature_table_has_rows_in_every_case_window(loaded, replay):
+    db, _ = loaded
+    for case in map(json.loads, (replay / "groundtruth.jsonl").read_text().splitlines()):
+        window = [case["start_time"].rstrip("Z"), case["end_time"].rstrip("Z")]
+        for table in FEATURES:
+            col = "ts" if table == "metric_anomaly" else "minute"
+            (n,), = q(db, f"select count(*) from {table} where {col} between ?::timestamp and ?::timestamp", window)
+            assert n > 0, (table, case["uuid"])
+    (n,), = q(db, "select count(*) from changepoints")
+    assert n > 0
+
+
+def test_fault_shows_in_the_features(loaded):
+    db, _ = loaded
+    # Case 345fbe93-80: cpu stress on emailservice, 16:10-16:31 UTC.
+    (z,), = q(db, """select median(z) from metric_anomaly where metric = 'pod_cpu_usage' and service = 'emailservice'
+                     and ts between '2025-06-05 16:13' and '2025-06-05 16:30'""")
+    assert z > 5
+    cps = q(db, """select ts from changepoints where metric = 'pod_cpu_usage' and component = 'emailservice-0'
+                   and ts between '2025-06-05 16:05' and '2025-06-05 16:15'""")
+    assert cps
+    # Case 38ee3d45-82: pod failure of cartservice: calls to it fail, callers log 'connection refused'.
+    (errors,), = q(db, """select sum(errors) from trace_edge_minute where callee = 'cartservice'
+                          and minute between '2025-06-05 18:11' and '2025-06-05 18:33'""")
+    assert errors > 0
+    (lines,), = q(db, """select count(*) from log_template_minute m join log_templates t using (template_id)
+                         where t.template ilike '%connection refused%'
+                         and minute between '2025-06-05 18:10' and '2025-06-05 18:35'""")
+    assert lines > 0
+
+
+def test_rerun_on_unchanged_dump_does_no_work(loaded, replay):
+    db, first = loaded
+    again = run_etl(replay, db)
+    assert again.loaded == [] and again.unchanged == len(first.loaded) + first.skipped and not again.feature_rows
+
+
+@pytest.fixture
+def dump_copy(replay, tmp_path):
+    out = tmp_path / "dump"
+    shutil.copytree(replay, out)
+    return out
+
+
+def test_changed_file_is_reloaded_without_duplicates(dump_copy, tmp_path):
+    db = tmp_path / "s.duckdb"
+    run_etl(dump_copy, db)
+    path = dump_copy / DAY / "log-parquet" / f"log_filebeat-server_{DAY}_05-00-00.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, 10), path)
+    report = run_etl(dump_copy, db)
+    assert report.loaded == [str(path)]
+    (rows,), = q(db, "select count(*) from log_lines l join manifest m using (file_id) where m.path = ?", [str(path)])
+    assert rows == 10
+
+
+def test_bad_files_are_recorded_and_the_rest_loads(dump_copy, tmp_path):
+    logs = dump_copy / DAY / "log-parquet"
+    (dump_copy / DAY / "trace-parquet" / f"trace_jaeger-span_{DAY}_07-00-00.parquet").write_bytes(b"not parquet")
+    no_message = pq.read_table(logs / f"log_filebeat-server_{DAY}_08-00-00.parquet").drop_columns(["message"])
+    pq.write_table(no_message, logs / f"log_filebeat-server_{DAY}_08-00-00.parquet")
+    bad_time = pq.read_table(logs / f"log_filebeat-server_{DAY}_09-00-00.parquet")
+    bad_time = bad_time.set_column(1, "@timestamp", pa.array(["yesterday"] * bad_time.num_rows))
+    pq.write_table(bad_time, logs / f"log_filebeat-server_{DAY}_09-00-00.parquet")
+    shutil.copy(logs / f"log_filebeat-server_{DAY}_10-00-00.parquet",
+                logs / f"log_filebeat-server_{DAY}_10-00-00-deleted.parquet")
+    db = tmp_path / "s.duckdb"
+    result = CliRunner().invoke(cli, ["etl", str(dump_copy), "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    failed = dict(q(db, "select path, error from manifest where status = 'failed'"))
+    assert set(failed) == {str(logs / f"log_filebeat-server_{DAY}_0{h}-00-00.parquet") for h in (8, 9)} | {
+        str(dump_copy / DAY / "trace-parquet" / f"trace_jaeger-span_{DAY}_07-00-00.parquet")}
+    assert "message" in failed[str(logs / f"log_filebeat-server_{DAY}_08-00-00.parquet")]
+    assert "yesterday" in failed[str(logs / f"log_filebeat-server_{DAY}_09-00-00.parquet")]
+    assert f"failed: {logs / f'log_filebeat-server_{DAY}_08-00-00.parquet'}: " in result.output
+    (loaded,), = q(db, "select count(*) from manifest where status = 'loaded'")
+    assert loaded == 166 - 1 - 3
+    (deleted,), = q(db, "select status from manifest where path like '%-deleted.parquet'")
+    assert deleted == "skipped"
+
+
+def test_interrupted_load_leaves_no_half_written_file(dump_copy, tmp_path, monkeypatch):
+    db = tmp_path / "s.duckdb"
+    real = loader._update_placement
+
+    def crash(con, kind, fid):
+        if kind == "trace":
+            raise KeyboardInterrupt
+        real(con, kind, fid)
+
+    monkeypatch.setattr(loader, "_update_placement", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run_etl(dump_copy, db)
+    assert q(db, "select count(*) from spans") == [(0,)]
+    assert q(db, "select count(*) from manifest where kind = 'trace'") == [(0,)]
+    monkeypatch.setattr(loader, "_update_placement", real)
+    report = run_etl(dump_copy, db)
+    assert not report.failed and report.feature_rows["trace_edge_minute"] > 0
+    (dupes,), = q(db, "select count(*) - count(distinct (file_id, ts, metric, component)) from metric_points")
+    assert dupes == 0
+
+
+def test_second_etl_on_the_same_store_refuses(replay, tmp_path):
+    db = tmp_path / "s.duckdb"
+    with store.exclusive(db):
+        with pytest.raises(StoreError, match=r"another ETL is writing .*s\.duckdb"):
+            run_etl(replay, db)
+
+
+def test_template_ids_survive_nightly_runs(dump_copy, tmp_path):
+    db = tmp_path / "s.duckdb"
+    first_day = dump_copy / DAY
+    moved = tmp_path / "later"
+    shutil.move(first_day / "log-parquet", moved)  # night 1: no logs yet
+    (first_day / "log-parquet").mkdir()
+    shutil.copy(moved / f"log_filebeat-server_{DAY}_02-00-00.parquet", first_day / "log-parquet")
+    run_etl(dump_copy, db)
+    before = dict(q(db, "select masked, template_id from log_masked"))
+    for p in moved.iterdir():  # night 2: the rest of the logs arrive
+        shutil.copy(p, first_day / "log-parquet")
+    run_etl(dump_copy, db)
+    after = dict(q(db, "select masked, template_id from log_masked"))
+    assert len(after) >= len(before) and all(after[m] == t for m, t in before.items())
+
+
+def test_unknown_format_and_undetectable_dump(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(cli, ["etl", str(tmp_path / "empty"), "--db", str(tmp_path / "s.duckdb")])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {tmp_path / 'empty'}: no known dump layout (looked for challenge2025, nezha); "
+                             "pass --format\n")
+
+
+def test_schema_lists_every_table(loaded):
+    db, _ = loaded
+    result = CliRunner().invoke(cli, ["schema", "--db", str(db)])
+    assert result.exit_code == 0
+    for table in ("manifest", "metric_points", "log_lines", "spans", "placement", *FEATURES, "changepoints",
+                  "log_templates"):
+        assert f"\n{table}: " in "\n" + result.output
+
+
+NEZHA = SHARED / "nezha-trainticket" / "rca_data" / "2023-01-30"
+
+
+@pytest.fixture(scope="module")
+def nezha_few_minutes(tmp_path_factory):
+    """Three minutes of the real Train Ticket day (the first fault) and eight pods' metrics."""
+    root = tmp_path_factory.mktemp("nezha") / "rca_data" / "2023-01-30"
+    for sub in ("log", "trace", "metric"):
+        (root / sub).mkdir(parents=True)
+    shutil.copy(NEZHA / "2023-01-30-fault_list.json", root)
+    for minute in ("11_51", "11_52", "11_53"):
+        shutil.copy(NEZHA / "log" / f"{minute}_log.csv", root / "log")
+        shutil.copy(NEZHA / "trace" / f"{minute}_trace.csv", root / "trace")
+    for path in sorted((NEZHA / "metric").glob("ts-[a-c]*_metric.csv"))[:8] + [NEZHA / "metric" / "front_service.csv"]:
+        shutil.copy(path, root / "metric")
+    return root.parents[1]
+
+
+def test_real_train_ticket_minutes_load(nezha_few_minutes, tmp_path):
+    db = tmp_path / "tt.duckdb"
+    report = run_etl(nezha_few_minutes, db)
+    assert report.format == "nezha" and not report.failed, report.failed
+    services = {r[0] for r in q(db, "select distinct service from spans")}
+    assert {"ts-contacts-service", "ts-gateway-service"} <= services
+    assert q(db, "select count(*) from spans where parent_span_id = 'root'") == [(0,)]
+    assert q(db, "select min(ts) >= '2023-01-30 11:50' from log_lines") == [(True,)]
+    (metric,), = q(db, "select count(distinct metric) from metric_points where component_kind = 'pod'")
+    assert metric >= 15
+    assert q(db, "select count(*) > 0 from log_templates") == [(True,)]
+    (edges,), = q(db, "select count(*) from trace_edge_minute where caller = 'ts-gateway-service'")
+    assert edges > 0
