@@ -22,6 +22,7 @@ demo: setup
 
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results
+	$(BIN)/rcalab bench etl --out bench/results
 
 clean:
 	rm -rf $(VENV) $(DEMO) bench/results

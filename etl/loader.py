@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,6 +36,8 @@ class Report:
     failed: list[tuple[str, str]] = field(default_factory=list)
     rows: int = 0
     feature_rows: dict[str, int] = field(default_factory=dict)
+    rows_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds_by_kind: dict[str, float] = field(default_factory=dict)  # "features" for the refresh
 
     @property
     def partial(self) -> bool:
@@ -72,6 +75,7 @@ def _run(con, adapter, dump: Path, progress) -> Report:
     for i, (file, prev) in enumerate(todo):
         if progress:
             progress(i, file.path.name)
+        started = time.perf_counter()
         try:
             rows = _load(con, adapter, file, prev)
         except (duckdb.Error, ValueError) as e:
@@ -83,11 +87,15 @@ def _run(con, adapter, dump: Path, progress) -> Report:
             continue
         report.loaded.append(str(file.path))
         report.rows += rows
+        report.rows_by_kind[file.kind] = report.rows_by_kind.get(file.kind, 0) + rows
+        report.seconds_by_kind[file.kind] = report.seconds_by_kind.get(file.kind, 0.0) + time.perf_counter() - started
     if progress:
         progress(len(todo), "features")
     days = [row[0] for row in con.execute("select day from dirty_days order by day").fetchall()]
     if days:
+        started = time.perf_counter()
         report.feature_rows = refresh_features(con, days[0], days[-1])
+        report.seconds_by_kind["features"] = time.perf_counter() - started
         con.execute("delete from dirty_days where day <= ?", [days[-1]])
     return report
 

@@ -75,19 +75,26 @@ def simulate(out, schedule, cases, limit, scale, seed):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["testbed"]))
+@click.argument("what", type=click.Choice(["testbed", "etl"]))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
+              show_default=True, help="etl: also time the real Train Ticket day found here.")
 @reports_errors
-def bench(what, out, scale):
-    """Measure a stage; print a table and save it as OUT/WHAT.json.
+def bench(what, out, scale, nezha):
+    """Measure a stage on one simulated day; print a table and save it as OUT/WHAT.json.
 
-    Example: rcalab bench testbed --scale 1.0
+    Example: rcalab bench etl --scale 1.0
     """
-    from testbed.bench import run
+    if what == "testbed":
+        from testbed.bench import run
 
-    result = run(scale=scale)
+        result = run(scale=scale)
+    else:
+        from etl.bench import run
+
+        result = run(scale=scale, nezha=nezha)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"rcalab bench {what}")
