@@ -135,6 +135,15 @@ def _fail(day: Day, pods, sl: slice, p, kind: str) -> None:
     day.own_err_kind.update({pod: kind for pod in pods})
 
 
+def _cut_off(day: Day, pods, sl: slice, kind: str, kpis, factor: float) -> None:
+    """Connections to `pods` fail with `kind` during `sl`; their `kpis` drop to `factor` of normal."""
+    idx = _idx(day, pods)
+    day.unreachable[sl, idx] = True
+    day.unreachable_kind.update({pod: kind for pod in pods})
+    for k in kpis:
+        day.pod_kpi[k][sl, idx] *= factor
+
+
 def _burst(day: Day, pods, sl: slice, messages, per_minute: float, severity="error") -> None:
     day.bursts.append(LogBurst(tuple(pods), sl.start, sl.stop, tuple(messages), per_minute, severity))
 
@@ -188,12 +197,7 @@ def memory_stress(day, target, sl, rng):
        ["client_error", "client_error_ratio", "error", "error_ratio", "pod_processes", "request", "response"],
        ["pod crash", "pod terminated unexpectedly", "container exit", "pod failure"])
 def pod_failure(day, target, sl, rng):
-    idx = _idx(day, target.pods)
-    day.unreachable[sl, idx] = True
-    for pod in target.pods:
-        day.unreachable_kind[pod] = "refused"
-    for k in ("pod_cpu_usage", "pod_processes", *_NET_KPIS):
-        day.pod_kpi[k][sl, idx] *= 0.02
+    _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", "pod_processes", *_NET_KPIS), 0.02)
     part = {"tidb-tidb-0": "tidb", "tidb-tikv-0": "tikv", "tidb-pd-0": "pd"}.get(target.pods[0])
     if part:
         kpis = day.db_kpi[part]
@@ -342,12 +346,7 @@ _CALLER_ERRORS = [{"type": "metric", "keyword": ["client_error", "client_error_r
        ["error", "error_ratio", "client_error", "no such host"],
        ["DNS resolution failure", "DNS lookup error", "name resolution failed", "dns error"])
 def dns_error(day, target, sl, rng):
-    idx = _idx(day, target.pods)
-    day.unreachable[sl, idx] = True
-    for pod in target.pods:
-        day.unreachable_kind[pod] = "dns"
-    for k in _NET_KPIS:
-        day.pod_kpi[k][sl, idx] *= 0.05
+    _cut_off(day, target.pods, sl, "dns", _NET_KPIS, 0.05)
 
 
 @fault("target port misconfig", "misconfiguration", "pods",
@@ -356,12 +355,7 @@ def dns_error(day, target, sl, rng):
        ["error", "error_ratio", "client_error", "connection refused"],
        ["target port misconfiguration", "wrong service port", "port mismatch", "connection refused on port"])
 def target_port_misconfig(day, target, sl, rng):
-    idx = _idx(day, target.pods)
-    day.unreachable[sl, idx] = True
-    for pod in target.pods:
-        day.unreachable_kind[pod] = "refused"
-    for k in ("pod_cpu_usage", *_NET_KPIS):
-        day.pod_kpi[k][sl, idx] *= 0.1
+    _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", *_NET_KPIS), 0.1)
 
 
 @fault("code error", "code defect", "pods",
