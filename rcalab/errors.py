@@ -23,3 +23,7 @@ class DumpError(RcalabError):
 
 class LoadError(RcalabError):
     """One input file that cannot be loaded; the rest of the load goes on."""
+
+
+class LLMError(RcalabError):
+    """The language model cannot be reached, started or understood."""

@@ -2,6 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from etl.loader import run_etl
+
 from testbed.schedule import load_schedule, random_cases
 from testbed.simulate import simulate
 from testbed.topology import Topology
@@ -27,3 +29,10 @@ def every_fault(tmp_path_factory):
     cases = random_cases(18, topo, seed=3)
     simulate(out, cases, topo, scale=0.02, seed=3)
     return out, cases
+
+
+@pytest.fixture(scope="session")
+def replay_store(replay, tmp_path_factory):
+    """The replay loaded into a store, and the ETL's report."""
+    db = tmp_path_factory.mktemp("store") / "store.duckdb"
+    return db, run_etl(replay, db)

@@ -20,10 +20,8 @@ FEATURES = ("metric_anomaly", "log_template_minute", "trace_edge_minute", "trace
 
 
 @pytest.fixture(scope="module")
-def loaded(replay, tmp_path_factory):
-    db = tmp_path_factory.mktemp("store") / "store.duckdb"
-    report = run_etl(replay, db)
-    return db, report
+def loaded(replay_store):
+    return replay_store
 
 
 def q(db, sql, params=None):

@@ -1,0 +1,52 @@
+"""Incident questions: `input.json` of the challenge, each an uuid and a UTC window in prose."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rcalab.errors import RcalabError
+
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z")
+
+
+@dataclass(frozen=True)
+class Question:
+    uuid: str
+    start: dt.datetime  # naive UTC, as in the store
+    end: dt.datetime
+    description: str
+
+
+def parse_window(description: str) -> tuple[dt.datetime, dt.datetime]:
+    """The two UTC timestamps of an anomaly description, as naive UTC datetimes."""
+    stamps = _STAMP.findall(description)
+    if len(stamps) != 2:
+        raise ValueError(f"expected two UTC timestamps, found {len(stamps)}")
+    start, end = (dt.datetime.fromisoformat(s.replace("Z", "")) for s in stamps)
+    if end <= start:
+        raise ValueError("the window ends before it starts")
+    return start, end
+
+
+def load_questions(path: Path) -> list[Question]:
+    """The questions of an input file; errors name the file and the entry."""
+    try:
+        items = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise RcalabError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise RcalabError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    questions = []
+    for i, item in enumerate(items):
+        try:
+            start, end = parse_window(item["Anomaly Description"])
+            questions.append(Question(item["uuid"], start, end, item["Anomaly Description"]))
+        except (KeyError, TypeError) as e:
+            raise RcalabError(f"{path}: entry {i}: missing field {e}") from None
+        except ValueError as e:
+            raise RcalabError(f"{path}: entry {i} ({item.get('uuid', '?')}): {e}") from None
+    return questions
