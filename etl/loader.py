@@ -92,11 +92,13 @@ def _run(con, adapter, dump: Path, progress) -> Report:
     if progress:
         progress(len(todo), "features")
     days = [row[0] for row in con.execute("select day from dirty_days order by day").fetchall()]
+    started = time.perf_counter()
+    for day in days:
+        for table, rows in refresh_features(con, day).items():
+            report.feature_rows[table] = report.feature_rows.get(table, 0) + rows
+        con.execute("delete from dirty_days where day = ?", [day])
     if days:
-        started = time.perf_counter()
-        report.feature_rows = refresh_features(con, days[0], days[-1])
         report.seconds_by_kind["features"] = time.perf_counter() - started
-        con.execute("delete from dirty_days where day <= ?", [days[-1]])
     return report
 
 
@@ -161,18 +163,15 @@ def _update_placement(con, kind: str, fid: int) -> None:
                    from placement group by all""")
 
 
-def refresh_features(con, first: dt.date, last: dt.date) -> dict[str, int]:
-    """Recompute every feature table over the UTC days first..last."""
-    start = dt.datetime.combine(first, dt.time())
-    end = dt.datetime.combine(last, dt.time()) + dt.timedelta(days=1)
+def refresh_features(con, day: dt.date) -> dict[str, int]:
+    """Recompute every feature table for one UTC day."""
+    start = dt.datetime.combine(day, dt.time())
+    end = start + dt.timedelta(days=1)
     counts = {
         "metric_anomaly": refresh_metric_anomaly(con, start, end),
         "log_template_minute": refresh_template_minute(con, start, end),
         "trace_edge_minute": refresh_trace_edges(con, start, end),
     }
     counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
-    day, counts["changepoints"] = start.date(), 0
-    while day < end.date():
-        counts["changepoints"] += refresh_changepoints(con, day)
-        day += dt.timedelta(days=1)
+    counts["changepoints"] = refresh_changepoints(con, day)
     return counts

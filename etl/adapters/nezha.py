@@ -39,9 +39,9 @@ def discover(root: Path) -> list[InputFile]:
 
 def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> str:
     src = f"read_csv('{sql_path(file.path)}', header = true)"
-    if file.kind == "log":
+    if file.kind == "log":  # TimeUnixNano overflows on some real rows; the ISO Timestamp is right
         return f"""
-        select make_timestamp(cast(TimeUnixNano as bigint) // 1000) as ts, PodName as component,
+        select cast(cast(Timestamp as timestamptz) as timestamp) as ts, PodName as component,
                {SERVICE_OF_POD.format('PodName')} as service, Node as node, Log as message,
                coalesce(trim(json_extract_string(Log, '$.log')), Log) as text
         from {src}"""
