@@ -173,3 +173,65 @@ def llm_serve(port, ctx):
 
     click.echo(f"serving the embedded model on http://127.0.0.1:{port}/v1", err=True)
     serve(port, ctx)
+
+
+@cli.command()
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@click.option("--input", "input_", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The questions (input.json).")
+@click.option("--uuid", required=True)
+@click.option("--json", "as_json", is_flag=True, help="Candidates, evidence and text as JSON.")
+@reports_errors
+def digest(db, input_, uuid, as_json):
+    """Print the evidence digest the model reads for one case.
+
+    Example: rcalab digest --db store.duckdb --input out/input.json --uuid 345fbe93-80
+    """
+    from etl.store import connect
+    from features.cases import load_questions
+    from features.digest import build_digest
+
+    question = next((q for q in load_questions(input_) if q.uuid == uuid), None)
+    if question is None:
+        raise RcalabError(f"{input_}: no case with uuid {uuid}")
+    con = connect(db, read_only=True)
+    con.execute("set TimeZone = 'UTC'")
+    result = build_digest(con, question)
+    click.echo(json.dumps(result.as_json(), indent=2) if as_json else result.text)
+
+
+@cli.command()
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@click.option("--input", "input_", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The questions (input.json).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="Answers JSONL; transcripts go beside it.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), help="Answer at most N new cases.")
+@click.option("--max-tools", type=click.IntRange(min=0, max=10), default=3, show_default=True)
+@click.option("--time-limit", type=float, default=600.0, show_default=True, help="Seconds per case.")
+@reports_errors
+def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit):
+    """Answer every case with the LLM, in the challenge format; a rerun skips answered cases.
+
+    With no endpoint configured (RCALAB_LLM_BASE_URL or the config file) the embedded
+    model is started for the run and stopped after it.
+
+    Example: rcalab diagnose --db store.duckdb --input out/input.json --out answers.jsonl
+    """
+    from features.cases import load_questions
+    from reasoner.agent import openai_chat
+    from reasoner.batch import run_batch, transcripts_path
+    from reasoner.llm import endpoint
+
+    questions = load_questions(input_)
+    with endpoint() as (client, model):
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("diagnosing", total=min(len(questions), limit or len(questions)))
+            report = run_batch(db, questions, out, openai_chat(client, model), model=model, concurrency=concurrency,
+                               limit=limit, max_tools=max_tools, time_limit=time_limit,
+                               progress=lambda uuid: bar.update(task, advance=1, description=uuid))
+    click.echo(f"answered {report.answered}, failed {len(report.failed)}, already answered {report.skipped} "
+               f"-> {out} (transcripts: {transcripts_path(out)})")
+    for uuid, why in report.failed:
+        click.echo(f"failed: {uuid}: {why}", err=True)

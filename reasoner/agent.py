@@ -1,0 +1,183 @@
+"""One case: digest, a few tool calls, a validated answer and a reasoning trace from the steps taken.
+
+The model is called through `Chat`: a function from (messages, JSON schema) to (reply text,
+usage). `openai_chat` makes one for any OpenAI-compatible endpoint; tests use a scripted one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import duckdb
+
+from features.cases import Question
+from features.digest import Digest, build_digest
+
+from .prompt import FAULT_TYPES, step_schema, system_prompt, user_prompt
+from .tools import TRACE_ACTION, Context, run_tool
+
+Chat = Callable[[list[dict], dict], tuple[str, dict]]
+REASON_WORDS = 20
+OBSERVATION_WORDS = 30
+
+
+class CaseFailed(Exception):
+    """The model gave no valid answer for a case: recorded as failed, never replaced by a made-up answer."""
+
+
+def openai_chat(client, model: str, max_tokens: int = 160) -> Chat:
+    def chat(messages: list[dict], schema: dict) -> tuple[str, dict]:
+        reply = client.chat.completions.create(
+            model=model, messages=messages, temperature=0, max_tokens=max_tokens,
+            response_format={"type": "json_schema", "json_schema": {"name": "step", "schema": schema, "strict": True}})
+        usage = reply.usage
+        return reply.choices[0].message.content or "", {
+            "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
+            "completion_tokens": getattr(usage, "completion_tokens", 0) or 0}
+    return chat
+
+
+@dataclass
+class Outcome:
+    uuid: str
+    answer: dict | None = None
+    error: str | None = None
+    transcript: dict = field(default_factory=dict)
+
+
+def _words(text: str, n: int) -> str:
+    return " ".join(text.split()[:n])
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _parse(reply: str) -> dict:
+    text = reply.strip()
+    fence = re.search(r"\{.*\}", text, re.S)  # some endpoints wrap JSON in prose or a code fence
+    step = json.loads(fence.group(0) if fence else text)
+    if not isinstance(step, dict):
+        raise ValueError("the reply is not a JSON object")
+    missing = [k for k in ("action", "component", "fault_type", "reason") if not isinstance(step.get(k), str)]
+    if missing:
+        raise ValueError(f"missing field {', '.join(missing)}")
+    return step
+
+
+def check_answer(step: dict, components: set[str], metrics: set[str], seen_text: str) -> str | None:
+    """Why an answer is not acceptable, or None."""
+    if step["component"] not in components:
+        return f"'{step['component']}' is not a component of this system"
+    if step["fault_type"] not in FAULT_TYPES:
+        return f"'{step['fault_type']}' is not one of the fault types"
+    words = _words(step["reason"], REASON_WORDS - len(step["fault_type"].split()) - 1)
+    tokens = set(re.findall(r"[A-Za-z_][\w.-]*", words))
+    if tokens & metrics:
+        return None
+    quoted = " ".join(re.findall(r'"([^"]*)"', seen_text)).lower()
+    if any(len(t) >= 5 and t.lower() in quoted for t in tokens):
+        return None
+    return "the reason must name the key metric (e.g. pod_cpu_usage) or a log keyword from the evidence"
+
+
+def choices(digest: Digest, node_of: dict[str, str], service_of: dict[str, str]) -> list[str]:
+    """What the model may name: the candidates, the services of candidate pods and the nodes they run on."""
+    out: list[str] = []
+    for c in digest.candidates:
+        for name in (c.component, service_of.get(c.component), node_of.get(c.component)):
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+def _digest_steps(digest: Digest, component: str) -> list[dict]:
+    """The analyses the digest ran, as steps: the chosen component's strongest evidence of each kind."""
+    chosen = next((c for c in digest.candidates if c.component == component), None)
+    pool = (chosen.evidence if chosen else []) + [e for c in digest.candidates for e in c.evidence]
+    steps = []
+    for kind, action in (("metric", "MetricAnalysis"), ("log", "LogSearch"), ("trace", "TraceAnalysis")):
+        ev = next((e for e in pool if e.kind == kind), None)
+        if ev:
+            steps.append({"action": f"{action}({digest.window[0]}..{digest.window[1]})",
+                          "observation": _words(ev.text.split(" ", 1)[1], OBSERVATION_WORDS)})
+    return steps
+
+
+def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, components: set[str],
+             metrics: set[str], placement: dict[str, tuple[str, str]] | None = None, model: str = "",
+             max_tools: int = 3, time_limit: float = 600.0) -> Outcome:
+    """Diagnose one case; the outcome carries the answer or the reason it failed, and the transcript."""
+    started = time.monotonic()
+    t0 = time.perf_counter()
+    digest = build_digest(con, question)
+    digest_seconds = time.perf_counter() - t0
+    ctx = Context(con, question)
+    placement = placement or {}
+    allowed = [c for c in choices(digest, {p: n for p, (_, n) in placement.items()},
+                                  {p: s for p, (s, _) in placement.items()}) if c in components] or sorted(components)
+    messages = [{"role": "system", "content": system_prompt(max_tools)},
+                {"role": "user", "content": user_prompt(question.description, digest.text)}]
+    tool_steps: list[dict] = []
+    calls: list[dict] = []
+    tokens = {"prompt_tokens": 0, "completion_tokens": 0}
+    seen = digest.text
+    repairs = 1
+    outcome = Outcome(question.uuid)
+    try:
+        for _ in range(max_tools + 3):  # hard step limit: tools, the answer, one repair
+            if time.monotonic() - started > time_limit:
+                raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
+            allow = len(tool_steps) < max_tools
+            t = time.perf_counter()
+            reply, usage = chat(messages, step_schema(allow, allowed))
+            calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
+            for k in tokens:
+                tokens[k] += usage.get(k, 0)
+            messages.append({"role": "assistant", "content": reply})
+            try:
+                step = _parse(reply)
+            except (ValueError, json.JSONDecodeError) as e:
+                problem = f"malformed reply ({e})"
+            else:
+                if step["action"] in TRACE_ACTION and allow:
+                    result = run_tool(ctx, step["action"], step["component"], step.get("keyword", "")
+                                      if step["action"] == "log_templates" else "")
+                    seen += "\n" + result
+                    name = TRACE_ACTION[step["action"]]
+                    keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
+                    arg = step["component"] + (f", {keyword}" if keyword else "")
+                    tool_steps.append({"action": f"{name}({arg})",
+                                       "observation": _words(_first_line(result), OBSERVATION_WORDS)})
+                    messages.append({"role": "user", "content": f"Result of {step['action']}({arg}):\n{result}\n"
+                                                                f"Take one step."})
+                    continue
+                problem = check_answer(step, components, metrics, seen)
+                if problem is None:
+                    reason = _words(f"{step['fault_type']}: {step['reason']}", REASON_WORDS)
+                    trace = _digest_steps(digest, step["component"]) + tool_steps
+                    outcome.answer = {"uuid": question.uuid, "component": step["component"], "reason": reason,
+                                      "reasoning_trace": [{"step": i, **s} for i, s in enumerate(trace, 1)]}
+                    break
+            if repairs == 0:
+                raise CaseFailed(problem)
+            repairs -= 1
+            messages.append({"role": "user", "content": f"Not accepted: {problem}. Reply with one JSON object "
+                                                        f"as described; action \"answer\"."})
+        else:
+            raise CaseFailed("step limit reached without an answer")
+    except CaseFailed as e:
+        outcome.error = str(e)
+    except Exception as e:  # the endpoint: down, slow, or refusing; the batch goes on
+        outcome.error = f"LLM call failed: {type(e).__name__}: {e}"
+    outcome.transcript = {
+        "uuid": question.uuid, "status": "answered" if outcome.answer else "failed", "error": outcome.error,
+        "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
+        "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
+        "candidates": [c.component for c in digest.candidates],
+    }
+    return outcome

@@ -1,0 +1,116 @@
+"""Diagnose many cases: resumable, concurrent, with one transcript line per case.
+
+Answers go to ANSWERS (challenge JSONL, one line per answered case); transcripts to
+ANSWERS with `.transcripts.jsonl` in place of `.jsonl`. A rerun skips uuids already
+answered; a torn last line (a run killed while writing) is cut off first. Failed cases
+are only in the transcripts and are tried again by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from features.cases import Question
+
+from .agent import Chat, diagnose
+from .tools import known_components, known_metrics
+
+
+@dataclass
+class BatchReport:
+    answered: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: int = 0
+
+
+def transcripts_path(answers: Path) -> Path:
+    answers = Path(answers)
+    return answers.with_name(answers.name.removesuffix(".jsonl") + ".transcripts.jsonl")
+
+
+def answered_uuids(path: Path) -> set[str]:
+    """uuids already in an answers file; a torn last line is removed."""
+    path = Path(path)
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+        data = data[:cut]
+    done = set()
+    for line in data.decode().splitlines():
+        try:
+            done.add(json.loads(line)["uuid"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return done
+
+
+class _Appender:
+    """Whole lines, flushed and synced one at a time, from any thread."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "a")
+        self.lock = threading.Lock()
+
+    def write(self, obj: dict) -> None:
+        line = json.dumps(obj, ensure_ascii=False) + "\n"
+        with self.lock:
+            self.file.write(line)
+            self.file.flush()
+            os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat, *, model: str = "",
+              concurrency: int = 1, limit: int | None = None, max_tools: int = 3, time_limit: float = 600.0,
+              progress: Callable[[str], None] | None = None) -> BatchReport:
+    report = BatchReport()
+    answers = Path(answers)
+    answers.parent.mkdir(parents=True, exist_ok=True)
+    done = answered_uuids(answers)
+    todo = [q for q in questions if q.uuid not in done]
+    report.skipped = len(questions) - len(todo)
+    if limit is not None:
+        todo = todo[:limit]
+    con = duckdb.connect(str(db), read_only=True)
+    con.execute("set TimeZone = 'UTC'")
+    components, metrics = known_components(con), known_metrics(con)
+    placement = {pod: (service, node) for pod, service, node in
+                 con.execute("select pod, service, node from placement").fetchall()}
+    out, log = _Appender(answers), _Appender(transcripts_path(answers))
+
+    def one(q: Question) -> None:
+        cursor = con.cursor()
+        cursor.execute("set TimeZone = 'UTC'")
+        outcome = diagnose(chat, cursor, q, components=components, metrics=metrics, placement=placement, model=model,
+                           max_tools=max_tools, time_limit=time_limit)
+        log.write(outcome.transcript)
+        if outcome.answer:
+            out.write(outcome.answer)
+            report.answered += 1
+        else:
+            report.failed.append((q.uuid, outcome.error or "no answer"))
+        if progress:
+            progress(q.uuid)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            list(pool.map(one, todo))
+    finally:
+        out.close()
+        log.close()
+        con.close()
+    return report
