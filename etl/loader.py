@@ -135,6 +135,8 @@ def _load(con, adapter, file: InputFile, prev) -> int:
         mine_new(con, "staged")
         con.execute(f"""insert into log_lines select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid}
                         from staged s join log_masked m using (masked)""")
+    elif file.kind == "metric":  # NaN and infinite readings (real Nezha CSVs have them) carry no information
+        con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)")
     else:
         con.execute(f"insert into {table} select *, {fid} from ({select})")
     rows, untimed = con.execute(f"select count(*), count(*) - count(ts) from {table} where file_id = ?",

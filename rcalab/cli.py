@@ -235,3 +235,18 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit):
                f"-> {out} (transcripts: {transcripts_path(out)})")
     for uuid, why in report.failed:
         click.echo(f"failed: {uuid}: {why}", err=True)
+
+
+@cli.command()
+@click.argument("dump", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
+@reports_errors
+def cases(dump, out):
+    """Write input.json and groundtruth.jsonl for a dump that carries its own labels (Nezha).
+
+    Example: rcalab cases ../shared/nezha-trainticket --out tt-cases
+    """
+    from etl.cases import write_cases
+
+    n = write_cases(dump, out)
+    click.echo(f"{n} cases -> {out / 'input.json'}, {out / 'groundtruth.jsonl'}")
