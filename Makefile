@@ -17,8 +17,10 @@ test: setup
 	$(BIN)/python -m pytest
 
 demo: setup
-	$(BIN)/rcalab simulate $(DEMO)/dump --schedule data/demo-schedule.jsonl --scale 0.01 --seed 7
+	$(BIN)/rcalab simulate $(DEMO)/dump --schedule data/demo-schedule.jsonl --scale 0.05 --seed 7
 	$(BIN)/rcalab etl $(DEMO)/dump --db $(DEMO)/store.duckdb
+	$(BIN)/rcalab diagnose --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/answers.jsonl
+	$(BIN)/rcalab judge --truth $(DEMO)/dump/groundtruth.jsonl --answers $(DEMO)/answers.jsonl --report $(DEMO)/report
 
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results

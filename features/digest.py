@@ -27,8 +27,8 @@ BASELINE = dt.timedelta(minutes=60)
 TRACE_BASELINE = dt.timedelta(hours=6)
 GAP = dt.timedelta(minutes=2)
 MAX_TOKENS = 1500
-MAX_CANDIDATES = 6
-MAX_EVIDENCE = 4
+MAX_CANDIDATES = 5
+MAX_EVIDENCE = 3
 # Metrics that say the same thing; a candidate keeps its strongest of each family.
 FAMILIES = (
     (re.compile(r"^(client_error|client_error_ratio)$"), "downstream errors"),

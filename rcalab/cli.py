@@ -250,3 +250,47 @@ def cases(dump, out):
 
     n = write_cases(dump, out)
     click.echo(f"{n} cases -> {out / 'input.json'}, {out / 'groundtruth.jsonl'}")
+
+
+@cli.command()
+@click.option("--truth", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="groundtruth.jsonl")
+@click.option("--answers", type=click.Path(path_type=Path, dir_okay=False), required=True, multiple=True,
+              help="An answers JSONL; give several to compare them side by side.")
+@click.option("--rules", type=click.Choice(["official", "semantic"]), default="official", show_default=True)
+@click.option("--report", type=click.Path(path_type=Path, file_okay=False), help="Write report.json and report.html here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+@reports_errors
+def judge(truth, answers, rules, report, as_json):
+    """Score answers by the 2025 challenge rules and show where and why they fail.
+
+    Example: rcalab judge --truth out/groundtruth.jsonl --answers answers.jsonl --report report
+    """
+    from judge.report import evaluate, write_report
+
+    results = {str(path): evaluate(truth, path, rules) for path in answers}
+    if as_json:
+        click.echo(json.dumps({k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
+                              if len(results) > 1 else {**next(iter(results.values()))["summary"],
+                                                        "transcripts": next(iter(results.values()))["transcripts"]},
+                              indent=2))
+    else:
+        table = Table(title=f"rcalab judge (rules: {rules})")
+        keys = ["final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"]
+        table.add_column("answers")
+        for k in keys:
+            table.add_column(k, justify="right")
+        for name, r in results.items():
+            table.add_row(name, *[str(r["summary"][k]) for k in keys])
+        Console().print(table)
+        for name, r in results.items():
+            t = r["transcripts"]
+            if t:
+                click.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in t.items() if k != "nezha_paper"))
+                if "nezha_paper" in t:
+                    click.echo(f"  beside the Nezha paper on Train Ticket: AS@1 {t['nezha_paper']['AS@1']:.2%}, "
+                               f"AS@3 {t['nezha_paper']['AS@3']:.2%}")
+            for p in r["problems"][:20]:
+                click.echo(f"  {p}", err=True)
+    if report:
+        click.echo(f"report: {write_report(report, results)}")

@@ -13,7 +13,7 @@ import duckdb
 from features.cases import Question
 from features.digest import BASELINE, GAP, _quote, fmt, log_evidence, metric_evidence, trace_evidence
 
-MAX_LINES = 6
+MAX_LINES = 4
 
 
 @dataclass

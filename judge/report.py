@@ -1,0 +1,159 @@
+"""What a person reads after scoring: breakdowns, the misses, transcript figures; JSON and one HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from .scoring import Score, read_jsonl, score
+
+# Published for Nezha on the same Train Ticket system (FSE 2023).
+NEZHA_PAPER = {"AS@1": 0.8667, "AS@3": 0.9778}
+
+
+def breakdown(score: Score) -> dict:
+    by_type: dict[str, list] = defaultdict(list)
+    by_level: dict[str, list] = defaultdict(list)
+    levels: dict[str, int] = defaultdict(int)
+    for c in score.cases:
+        by_type[c.fault_type].append(c)
+        by_level[c.level].append(c)
+        levels[f"{c.level} -> {c.predicted_level or 'none'}"] += 1
+
+    def acc(cases):
+        return {"cases": len(cases), "LA": round(sum(c.component_ok for c in cases) / len(cases), 3),
+                "TA": round(sum(c.reason_ok for c in cases) / len(cases), 3)}
+    return {"by_fault_type": {k: acc(v) for k, v in sorted(by_type.items())},
+            "by_level": {k: acc(v) for k, v in sorted(by_level.items())},
+            "true_vs_predicted_level": dict(sorted(levels.items()))}
+
+
+def misses(score: Score) -> list[dict]:
+    out = []
+    for c in score.cases:
+        if c.component_ok and c.reason_ok and not c.missed_points:
+            continue
+        out.append({"uuid": c.uuid, "fault_type": c.fault_type, "answered": c.answered, "component": c.component,
+                    "component_ok": c.component_ok, "reason_ok": c.reason_ok, "similarity": c.similarity,
+                    "missed_points": [f"{p.get('type')}: {', '.join(p.get('keyword', []))}" for p in c.missed_points]})
+    return out
+
+
+def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> dict | None:
+    """Time, steps and tokens per case (the AIOpsLab figures), and AC@1/AC@3 of the ranked candidates."""
+    path = Path(answers).with_name(Path(answers).name.removesuffix(".jsonl") + ".transcripts.jsonl")
+    if not path.exists():
+        return None
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    if not rows:
+        return None
+    n = len(rows)
+    figures = {
+        "transcripts": n,
+        "seconds_per_case": round(sum(r.get("seconds", 0) for r in rows) / n, 2),
+        "llm_calls_per_case": round(sum(len(r.get("calls", [])) for r in rows) / n, 2),
+        "tool_calls_per_case": round(sum(r.get("tool_calls", 0) for r in rows) / n, 2),
+        "prompt_tokens_per_case": round(sum(r.get("tokens", {}).get("prompt_tokens", 0) for r in rows) / n),
+        "output_tokens_per_case": round(sum(r.get("tokens", {}).get("completion_tokens", 0) for r in rows) / n),
+        "failed": sum(r.get("status") == "failed" for r in rows),
+    }
+    ranked = [(r["uuid"], r.get("candidates") or []) for r in rows if r.get("uuid") in truth_services]
+    if ranked:
+        for k in (1, 3):
+            hits = 0
+            for uuid, cands in ranked:
+                services = []
+                for c in cands:
+                    s = service_of(c)
+                    if s not in services:
+                        services.append(s)
+                hits += any(s in truth_services[uuid] for s in services[:k])
+            figures[f"AC@{k}"] = round(hits / len(ranked), 4)
+    return figures
+
+
+def service_of(component: str) -> str:
+    """The service of a pod name (HipsterShop `name-0`, Kubernetes `name-<hash>-<id>`)."""
+    component = re.sub(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$", "", component)
+    return re.sub(r"-\d+$", "", component)
+
+
+def _chart(by_type: dict) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(by_type)
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1))
+    ax.barh(names, [by_type[n]["LA"] for n in names], color="tab:blue", label="LA")
+    ax.barh(names, [by_type[n]["TA"] for n in names], color="tab:orange", alpha=0.6, label="TA")
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    ax.legend(loc="lower right")
+    ax.set_title("accuracy per fault type")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def write_report(folder: Path, results: dict[str, dict]) -> Path:
+    """`report.json` and a self-contained `report.html` (no server, no external files)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(results, indent=2) + "\n")
+    parts = ["<!doctype html><meta charset='utf-8'><title>rcalab judge</title>",
+             "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}</style>"]
+    first = next(iter(results.values()))
+    parts.append(f"<h1>rcalab judge</h1><p>Rule set: <b>{html.escape(first['summary']['rules'])}</b></p>")
+    keys = ["final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"]
+    parts.append("<table><tr><th>answers</th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>")
+    for name, r in results.items():
+        parts.append(f"<tr><td>{html.escape(name)}</td>" + "".join(f"<td>{r['summary'][k]}</td>" for k in keys)
+                     + "</tr>")
+    parts.append("</table>")
+    for name, r in results.items():
+        parts.append(f"<h2>{html.escape(name)}</h2>")
+        if r.get("transcripts"):
+            parts.append("<p>" + ", ".join(f"{k}: {v}" for k, v in r["transcripts"].items()) + "</p>")
+        parts.append(f"<img alt='accuracy per fault type' src='data:image/png;base64,"
+                     f"{_chart(r['breakdown']['by_fault_type'])}'>")
+        parts.append("<h3>Misses</h3><table><tr><th>uuid</th><th>fault type</th><th>component</th>"
+                     "<th>component ok</th><th>reason ok</th><th>missed evidence points</th></tr>")
+        for m in r["misses"]:
+            parts.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+                m["uuid"], m["fault_type"], m["component"], m["component_ok"], m["reason_ok"],
+                "; ".join(m["missed_points"]))) + "</tr>")
+        parts.append("</table>")
+        if r["problems"]:
+            parts.append("<h3>Input problems</h3><ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in r["problems"])
+                         + "</ul>")
+    path = folder / "report.html"
+    path.write_text("\n".join(parts))
+    return path
+
+
+def evaluate(truth: Path, answers: Path, rules: str = "official") -> dict:
+    """Score, breakdowns, misses, input problems and transcript figures of one answer file."""
+    s = score(truth, answers, rules)
+    rows = [row for _, row in read_jsonl(truth, ("uuid", "instance", "key_metrics"), []).values()]
+    services = {r["uuid"]: [service_of(i) for i in (r["instance"] if isinstance(r["instance"], list)
+                                                     else [r["instance"]])] for r in rows}
+    figures = transcript_figures(answers, services)
+    if figures and "AC@1" in figures and rows and all(r.get("fault_category") == "nezha" for r in rows):
+        figures["nezha_paper"] = NEZHA_PAPER
+    return {"summary": s.summary(), "breakdown": breakdown(s), "misses": misses(s), "problems": s.problems,
+            "transcripts": figures}
