@@ -137,7 +137,8 @@ def read_jsonl(path: Path, required: tuple[str, ...], problems: list[str]) -> di
     return rows
 
 
-def _level(component: str | None, truth_rows: list[dict]) -> str | None:
+def predicted_level(component: str | None) -> str | None:
+    """The level an answer names: a node, a pod (name ends in a replica number) or a service."""
     if component is None:
         return None
     if re.match(r"^(aiops-k8s-|k8s-master)", component):
@@ -178,5 +179,5 @@ def score(truth_path: Path, answers_path: Path, rules: str = "official",
         missed = [p for p in points if not point_hit(p, trace)]
         cases.append(CaseScore(uuid, t.get("fault_type", ""), t.get("instance_type", ""), True, a["component"],
                                component_correct(a["component"], t["instance"]), hit, sim, len(trace), len(points),
-                               len(points) - len(missed), missed, _level(a["component"], [])))
+                               len(points) - len(missed), missed, predicted_level(a["component"])))
     return Score(rules, cases, problems)
