@@ -10,7 +10,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,semantic]'
 	touch $@
 
 test: setup
@@ -25,6 +25,7 @@ demo: setup
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results
 	$(BIN)/rcalab bench etl --out bench/results
+	$(BIN)/rcalab bench diagnose --out bench/results
 
 clean:
 	rm -rf $(VENV) $(DEMO) bench/results

@@ -75,14 +75,16 @@ def simulate(out, schedule, cases, limit, scale, seed):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["testbed", "etl"]))
+@click.argument("what", type=click.Choice(["testbed", "etl", "diagnose"]))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
-              show_default=True, help="etl: also time the real Train Ticket day found here.")
+              show_default=True, help="etl, diagnose: also measure the real Train Ticket day found here.")
+@click.option("--sample", type=click.IntRange(min=1), default=6, show_default=True,
+              help="diagnose: cases the model answers (one per fault type in turn).")
 @reports_errors
-def bench(what, out, scale, nezha):
+def bench(what, out, scale, nezha, sample):
     """Measure a stage on one simulated day; print a table and save it as OUT/WHAT.json.
 
     Example: rcalab bench etl --scale 1.0
@@ -91,10 +93,15 @@ def bench(what, out, scale, nezha):
         from testbed.bench import run
 
         result = run(scale=scale)
-    else:
+    elif what == "etl":
         from etl.bench import run
 
         result = run(scale=scale, nezha=nezha)
+    else:
+        from reasoner.bench import run
+
+        nested = run(sample=sample, trainticket=nezha)
+        result = {f"{part}.{k}": v for part, values in nested.items() for k, v in values.items()}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"rcalab bench {what}")

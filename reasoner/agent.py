@@ -29,7 +29,7 @@ class CaseFailed(Exception):
     """The model gave no valid answer for a case: recorded as failed, never replaced by a made-up answer."""
 
 
-def openai_chat(client, model: str, max_tokens: int = 160) -> Chat:
+def openai_chat(client, model: str, max_tokens: int = 200) -> Chat:
     def chat(messages: list[dict], schema: dict) -> tuple[str, dict]:
         reply = client.chat.completions.create(
             model=model, messages=messages, temperature=0, max_tokens=max_tokens,
@@ -70,7 +70,7 @@ def _parse(reply: str) -> dict:
 
 
 def check_answer(step: dict, components: set[str], metrics: set[str], seen_text: str) -> str | None:
-    """Why an answer is not acceptable, or None."""
+    """Why an answer is not acceptable (with what would be), or None."""
     if step["component"] not in components:
         return f"'{step['component']}' is not a component of this system"
     if step["fault_type"] not in FAULT_TYPES:
@@ -82,7 +82,9 @@ def check_answer(step: dict, components: set[str], metrics: set[str], seen_text:
     quoted = " ".join(re.findall(r'"([^"]*)"', seen_text)).lower()
     if any(len(t) >= 5 and t.lower() in quoted for t in tokens):
         return None
-    return "the reason must name the key metric (e.g. pod_cpu_usage) or a log keyword from the evidence"
+    named = [m for m in dict.fromkeys(re.findall(r"[A-Za-z_][\w.()%-]*", seen_text)) if m in metrics][:6]
+    return ("the reason must start with the key metric or a log keyword from the evidence"
+            + (f", e.g. one of {', '.join(named)}" if named else ""))
 
 
 def choices(digest: Digest, node_of: dict[str, str], service_of: dict[str, str]) -> list[str]:
@@ -123,6 +125,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     messages = [{"role": "system", "content": system_prompt(max_tools)},
                 {"role": "user", "content": user_prompt(question.description, digest.text)}]
     tool_steps: list[dict] = []
+    done_calls: set[tuple] = set()
+    must_answer = False  # set when the model repeats a tool call: it has learnt all it will
     calls: list[dict] = []
     tokens = {"prompt_tokens": 0, "completion_tokens": 0}
     seen = digest.text
@@ -132,7 +136,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         for _ in range(max_tools + 3):  # hard step limit: tools, the answer, one repair
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
-            allow = len(tool_steps) < max_tools
+            allow = len(tool_steps) < max_tools and not must_answer
             t = time.perf_counter()
             reply, usage = chat(messages, step_schema(allow, allowed))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
@@ -145,6 +149,12 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                 problem = f"malformed reply ({e})"
             else:
                 if step["action"] in TRACE_ACTION and allow:
+                    call = (step["action"], step["component"], step.get("keyword", ""))
+                    if call in done_calls:
+                        must_answer = True
+                        messages.append({"role": "user", "content": "You already have that result. Answer now."})
+                        continue
+                    done_calls.add(call)
                     result = run_tool(ctx, step["action"], step["component"], step.get("keyword", "")
                                       if step["action"] == "log_templates" else "")
                     seen += "\n" + result

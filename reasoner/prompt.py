@@ -14,6 +14,7 @@ SYSTEM = """You find the root cause of an incident in a microservice system (Kub
 <service>-0/1/2, nodes aiops-k8s-NN, TiDB parts tidb-tidb/tidb-pd/tidb-tikv, redis-cart). You get an evidence \
 digest that ranks candidate components. You decide the root-cause component and the fault type.
 Rules:
+- The digest ranks candidates by the strength of their own evidence; weigh the first ones most.
 - Callers only echo a failure (client_error, errors to a callee): prefer the component whose own metrics, logs \
 or calls into it changed.
 - Evidence on all pods of a service: answer the service (cartservice). On one pod: the pod (cartservice-1). \
@@ -54,7 +55,7 @@ def step_schema(allow_tools: bool, components: list[str]) -> dict:
             "component": {"type": "string", "enum": components},
             "keyword": {"type": "string"},
             "fault_type": {"type": "string", "enum": list(FAULT_TYPES)},
-            "reason": {"type": "string"},
+            "reason": {"type": "string", "maxLength": 160},
         },
         "required": ["action", "component", "keyword", "fault_type", "reason"],
         "additionalProperties": False,

@@ -122,3 +122,17 @@ def test_judge_command_json_and_report(files, tmp_path):
     assert "Rule set: <b>official</b>" in page and "data:image/png;base64," in page and "t3" in page
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report[str(answers)]["breakdown"]["by_level"]["pod"] == {"cases": 1, "LA": 0.0, "TA": 1.0}
+
+
+def test_semantic_rules_with_the_real_embedding_model(files):
+    """all-MiniLM-L6-v2 from the offline PyPI package: t2's reason is near enough 'packet loss' or not,
+    and the raw similarity is reported under both rule sets."""
+    from judge.similarity import best_similarity
+
+    truth, answers = files
+    near = best_similarity("packet loss on the network link", ["packet loss"])
+    far = best_similarity("the weather is nice today", ["packet loss"])
+    assert near >= 0.6 > far
+    semantic = score(truth, answers, "semantic")
+    sim = semantic.cases[1].similarity
+    assert 0 < sim < 1 and semantic.cases[1].reason_ok == (sim >= 0.6)

@@ -94,7 +94,16 @@ def test_unknown_component_is_refused(db, questions):
 def test_reason_must_name_a_metric_or_log_keyword(db, questions):
     vague = step("answer", "cartservice", reason="something went wrong somewhere")
     out = run(db, questions, ScriptedChat(vague, ANSWER))
-    assert out.answer and "Not accepted: the reason must name" in out.transcript["messages"][-2]["content"]
+    repair = out.transcript["messages"][-2]["content"]
+    assert out.answer and repair.startswith("Not accepted: the reason must start with the key metric")
+    assert "e.g. one of " in repair  # the metric names of the evidence, to choose from
+
+
+def test_a_repeated_tool_call_forces_the_answer(db, questions):
+    chat = ScriptedChat(step("trace_edges", "cartservice"), step("trace_edges", "cartservice"), ANSWER)
+    out = run(db, questions, chat)
+    assert out.answer and out.transcript["tool_calls"] == 1
+    assert chat.asked[2][1]["properties"]["action"]["enum"] == ["answer"]
 
 
 def test_endpoint_down_fails_the_case_not_the_batch(db, questions):
