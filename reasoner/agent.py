@@ -76,9 +76,10 @@ def check_answer(step: dict, components: set[str], metrics: set[str], seen_text:
     if step["fault_type"] not in FAULT_TYPES:
         return f"'{step['fault_type']}' is not one of the fault types"
     words = _words(step["reason"], REASON_WORDS - len(step["fault_type"].split()) - 1)
-    tokens = set(re.findall(r"[A-Za-z_][\w.-]*", words))
-    if tokens & metrics:
+    lowered = words.lower()
+    if any(m.lower() in lowered for m in metrics if len(m) >= 3):  # names like CpuUsageRate(%) included
         return None
+    tokens = re.findall(r"[A-Za-z_][\w.-]*", words)
     quoted = " ".join(re.findall(r'"([^"]*)"', seen_text)).lower()
     if any(len(t) >= 5 and t.lower() in quoted for t in tokens):
         return None
