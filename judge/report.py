@@ -95,9 +95,11 @@ def _chart(by_type: dict) -> str:
     import matplotlib.pyplot as plt
 
     names = list(by_type)
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1))
-    ax.barh(names, [by_type[n]["LA"] for n in names], color="tab:blue", label="LA")
-    ax.barh(names, [by_type[n]["TA"] for n in names], color="tab:orange", alpha=0.6, label="TA")
+    rows = range(len(names))
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1))
+    ax.barh([r - 0.2 for r in rows], [by_type[n]["LA"] for n in names], height=0.4, color="tab:blue", label="LA")
+    ax.barh([r + 0.2 for r in rows], [by_type[n]["TA"] for n in names], height=0.4, color="tab:orange", label="TA")
+    ax.set_yticks(list(rows), names)
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
     ax.legend(loc="lower right")
