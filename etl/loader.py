@@ -130,11 +130,13 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     fid = _file_id(con, file, prev)
     con.execute("begin")
     con.execute(f"delete from {table} where file_id = ?", [fid])
-    if file.kind == "log":
-        con.execute(f"create or replace temp table staged as select *, {mask_sql('text')} as masked from ({select})")
-        mine_new(con, "staged")
+    if file.kind == "log":  # lines repeat: each distinct text is masked once
+        con.execute(f"create or replace temp table staged as {select}")
+        con.execute(f"""create or replace temp table masks as
+                        select text, {mask_sql('text')} as masked from (select distinct text from staged)""")
+        mine_new(con, "masks")
         con.execute(f"""insert into log_lines select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid}
-                        from staged s join log_masked m using (masked)""")
+                        from staged s join masks k using (text) join log_masked m using (masked)""")
     elif file.kind == "metric":  # NaN and infinite readings (real Nezha CSVs have them) carry no information
         con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)")
     else:
