@@ -50,7 +50,6 @@ def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
     adapter = adapter_for(dump, fmt)
     with store.exclusive(db):
         con = store.connect(db)
-        con.execute("set TimeZone = 'UTC'")
         try:
             return _run(con, adapter, dump, progress)
         finally:
@@ -68,7 +67,7 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         if prev and prev[0] == stat.st_size and prev[1] == stat.st_mtime and prev[2] in ("loaded", "skipped"):
             report.unchanged += 1
         elif file.kind == "skip":
-            _record(con, file, prev, 0, "skipped", file.reason)
+            _record(con, file, _file_id(con, prev), 0, "skipped", file.reason)
             report.skipped += 1
         else:
             todo.append((file, prev))
@@ -81,7 +80,7 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         except (duckdb.Error, ValueError) as e:
             _rollback(con)
             reason = str(e).splitlines()[0]
-            _record(con, file, prev, 0, "failed", reason)
+            _record(con, file, _file_id(con, prev), 0, "failed", reason)
             report.failed.append((str(file.path), reason))
             log.warning("%s: %s", file.path, reason)
             continue
@@ -109,15 +108,14 @@ def _rollback(con) -> None:
         pass  # the failure came before the transaction began
 
 
-def _file_id(con, file: InputFile, prev) -> int:
+def _file_id(con, prev) -> int:
     if prev:
         return prev[3]
     return con.execute("select coalesce(max(file_id), 0) + 1 from manifest").fetchall()[0][0]
 
 
-def _record(con, file: InputFile, prev, rows: int, status: str, error: str) -> None:
+def _record(con, file: InputFile, fid: int, rows: int, status: str, error: str) -> None:
     stat = file.path.stat()
-    fid = _file_id(con, file, prev)
     con.execute("delete from manifest where file_id = ?", [fid])
     con.execute("insert into manifest values (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp::timestamp)",
                 [fid, str(file.path), file.kind, rows, stat.st_size, stat.st_mtime, status, error or None])
@@ -127,7 +125,7 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     """Load one file in one transaction; returns its row count."""
     table = TABLES[file.kind]
     select = adapter.query(con, file)
-    fid = _file_id(con, file, prev)
+    fid = _file_id(con, prev)
     con.execute("begin")
     con.execute(f"delete from {table} where file_id = ?", [fid])
     if file.kind == "log":  # lines repeat: each distinct text is masked once
@@ -147,7 +145,7 @@ def _load(con, adapter, file: InputFile, prev) -> int:
         raise ValueError(f"{untimed} rows without a time")
     con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
     _update_placement(con, file.kind, fid)
-    _record(con, file, prev, rows, "loaded", "")
+    _record(con, file, fid, rows, "loaded", "")
     con.execute("commit")
     return rows
 

@@ -69,6 +69,7 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as e:
         raise StoreError(f"cannot open store {path}: {e}") from None
+    con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
     if not read_only:
         migrate(con)
     return con

@@ -10,6 +10,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from reasoner.batch import transcripts_path
+
 from .scoring import Score, read_jsonl, score
 
 # Published for Nezha on the same Train Ticket system (FSE 2023).
@@ -46,7 +48,7 @@ def misses(score: Score) -> list[dict]:
 
 def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> dict | None:
     """Time, steps and tokens per case (the AIOpsLab figures), and AC@1/AC@3 of the ranked candidates."""
-    path = Path(answers).with_name(Path(answers).name.removesuffix(".jsonl") + ".transcripts.jsonl")
+    path = transcripts_path(answers)
     if not path.exists():
         return None
     rows = []
@@ -70,16 +72,14 @@ def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> d
     ranked = [(r["uuid"], r.get("candidates") or []) for r in rows if r.get("uuid") in truth_services]
     if ranked:
         for k in (1, 3):
-            hits = 0
-            for uuid, cands in ranked:
-                services = []
-                for c in cands:
-                    s = service_of(c)
-                    if s not in services:
-                        services.append(s)
-                hits += any(s in truth_services[uuid] for s in services[:k])
+            hits = sum(any(s in truth_services[uuid] for s in ranked_services(cands)[:k]) for uuid, cands in ranked)
             figures[f"AC@{k}"] = round(hits / len(ranked), 4)
     return figures
+
+
+def ranked_services(components: list[str]) -> list[str]:
+    """The services of ranked components, first appearance kept (service-level AC@k)."""
+    return list(dict.fromkeys(service_of(c) for c in components))
 
 
 def service_of(component: str) -> str:

@@ -201,9 +201,7 @@ def digest(db, input_, uuid, as_json):
     question = next((q for q in load_questions(input_) if q.uuid == uuid), None)
     if question is None:
         raise RcalabError(f"{input_}: no case with uuid {uuid}")
-    con = connect(db, read_only=True)
-    con.execute("set TimeZone = 'UTC'")
-    result = build_digest(con, question)
+    result = build_digest(connect(db, read_only=True), question)
     click.echo(json.dumps(result.as_json(), indent=2) if as_json else result.text)
 
 
@@ -277,10 +275,8 @@ def judge(truth, answers, rules, report, as_json):
 
     results = {str(path): evaluate(truth, path, rules) for path in answers}
     if as_json:
-        click.echo(json.dumps({k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
-                              if len(results) > 1 else {**next(iter(results.values()))["summary"],
-                                                        "transcripts": next(iter(results.values()))["transcripts"]},
-                              indent=2))
+        flat = {k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
+        click.echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
     else:
         table = Table(title=f"rcalab judge (rules: {rules})")
         keys = ["final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"]

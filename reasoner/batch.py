@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import duckdb
-
+from etl import store
 from features.cases import Question
 
 from .agent import Chat, diagnose
@@ -85,8 +84,7 @@ def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat, *,
     report.skipped = len(questions) - len(todo)
     if limit is not None:
         todo = todo[:limit]
-    con = duckdb.connect(str(db), read_only=True)
-    con.execute("set TimeZone = 'UTC'")
+    con = store.connect(db, read_only=True)
     components, metrics = known_components(con), known_metrics(con)
     placement = {pod: (service, node) for pod, service, node in
                  con.execute("select pod, service, node from placement").fetchall()}
@@ -94,7 +92,7 @@ def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat, *,
 
     def one(q: Question) -> None:
         cursor = con.cursor()
-        cursor.execute("set TimeZone = 'UTC'")
+        cursor.execute("set TimeZone = 'UTC'")  # a cursor is a session of its own
         outcome = diagnose(chat, cursor, q, components=components, metrics=metrics, placement=placement, model=model,
                            max_tools=max_tools, time_limit=time_limit)
         log.write(outcome.transcript)

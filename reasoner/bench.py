@@ -11,13 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
-
+from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
 from features.cases import load_questions
 from features.digest import build_digest
-from judge.report import service_of, transcript_figures
+from judge.report import ranked_services, service_of, transcript_figures
 from judge.scoring import score
 
 from .agent import openai_chat
@@ -28,8 +27,7 @@ from .llm import endpoint
 def digest_ranking(db: Path, input_json: Path, truth: Path) -> dict:
     """Share of cases whose true service is the digest's first, or among its first three; digest time."""
     rows = {json.loads(line)["uuid"]: json.loads(line) for line in truth.read_text().splitlines()}
-    con = duckdb.connect(str(db), read_only=True)
-    con.execute("set TimeZone = 'UTC'")
+    con = store.connect(db, read_only=True)
     hits1 = hits3 = 0
     seconds = []
     questions = load_questions(input_json)
@@ -39,11 +37,8 @@ def digest_ranking(db: Path, input_json: Path, truth: Path) -> dict:
         seconds.append(time.perf_counter() - started)
         instance = rows[q.uuid]["instance"]
         truth_services = {service_of(i) for i in (instance if isinstance(instance, list) else [instance])}
-        ranked: list[str] = []
-        for c in digest.candidates:
-            if service_of(c.component) not in ranked:
-                ranked.append(service_of(c.component))
-        hits1 += bool(ranked[:1]) and ranked[0] in truth_services
+        ranked = ranked_services([c.component for c in digest.candidates])
+        hits1 += any(s in truth_services for s in ranked[:1])
         hits3 += any(s in truth_services for s in ranked[:3])
     con.close()
     n = len(questions)
