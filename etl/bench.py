@@ -37,8 +37,8 @@ def run(scale: float = 1.0, nezha: Path | None = None) -> dict:
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--cases", "1", "--scale", str(scale)],
                        check=True, stdout=subprocess.DEVNULL)
         started = time.perf_counter()
-        duckdb.connect().execute(f"select count(*) from read_parquet('{dump}/*/**/*.parquet', union_by_name = true)"
-                                 ).fetchall()
+        duckdb.connect().execute("select count(*) from read_parquet(?, union_by_name = true)",
+                                 [f"{dump}/*/**/*.parquet"]).fetchall()
         scan = time.perf_counter() - started
         first = _etl(dump, db)
         rerun = _etl(dump, db)

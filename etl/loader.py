@@ -16,6 +16,8 @@ from typing import Callable
 
 import duckdb
 
+from rcalab.errors import LoadError
+
 from features.anomaly import refresh_edge_anomaly, refresh_metric_anomaly
 from features.changepoints import refresh_changepoints
 from features.templates import mask_sql, mine_new, refresh_template_minute
@@ -77,7 +79,7 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         started = time.perf_counter()
         try:
             rows = _load(con, adapter, file, prev)
-        except (duckdb.Error, ValueError) as e:
+        except (duckdb.Error, ValueError, LoadError) as e:
             _rollback(con)
             reason = str(e).splitlines()[0]
             _record(con, file, _file_id(con, prev), 0, "failed", reason)
@@ -124,21 +126,22 @@ def _record(con, file: InputFile, fid: int, rows: int, status: str, error: str) 
 def _load(con, adapter, file: InputFile, prev) -> int:
     """Load one file in one transaction; returns its row count."""
     table = TABLES[file.kind]
-    select = adapter.query(con, file)
+    query = adapter.query(con, file)
+    select, params = query.sql, query.params
     fid = _file_id(con, prev)
     con.execute("begin")
     con.execute(f"delete from {table} where file_id = ?", [fid])
     if file.kind == "log":  # lines repeat: each distinct text is masked once
-        con.execute(f"create or replace temp table staged as {select}")
+        con.execute(f"create or replace temp table staged as {select}", params)
         con.execute(f"""create or replace temp table masks as
                         select text, {mask_sql('text')} as masked from (select distinct text from staged)""")
         mine_new(con, "masks")
         con.execute(f"""insert into log_lines select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid}
                         from staged s join masks k using (text) join log_masked m using (masked)""")
     elif file.kind == "metric":  # NaN and infinite readings (real Nezha CSVs have them) carry no information
-        con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)")
+        con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)", params)
     else:
-        con.execute(f"insert into {table} select *, {fid} from ({select})")
+        con.execute(f"insert into {table} select *, {fid} from ({select})", params)
     rows, untimed = con.execute(f"select count(*), count(*) - count(ts) from {table} where file_id = ?",
                                 [fid]).fetchall()[0]
     if untimed:

@@ -8,9 +8,9 @@ from pathlib import Path
 from rcalab.errors import DumpError
 
 from . import challenge2025, nezha
-from .base import InputFile, sql_path
+from .base import InputFile, Query, ident
 
-__all__ = ["ADAPTERS", "TABLES", "InputFile", "adapter_for", "sql_path"]
+__all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident"]
 
 ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha}
 TABLES = {"metric": "metric_points", "log": "log_lines", "trace": "spans"}

@@ -1,8 +1,12 @@
-"""What adapters share: the input file record and SQL quoting."""
+"""What adapters share: the input file record, the query record and identifier quoting.
+
+Nothing from a dump is pasted into SQL: paths and names are bound as named parameters
+(`$path`, ...), and a column name that must appear as an identifier goes through `ident`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -13,5 +17,13 @@ class InputFile:
     reason: str = ""  # why a file is skipped
 
 
-def sql_path(path: Path) -> str:
-    return str(path).replace("'", "''")
+@dataclass(frozen=True)
+class Query:
+    """A SELECT of one file's rows in canonical columns (without file_id) and its named parameters."""
+    sql: str
+    params: dict = field(default_factory=dict)
+
+
+def ident(name: str) -> str:
+    """A SQL identifier for any column name: double-quoted, inner quotes doubled."""
+    return '"' + name.replace('"', '""') + '"'

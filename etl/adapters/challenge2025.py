@@ -9,7 +9,7 @@ import duckdb
 
 from rcalab.errors import LoadError
 
-from .base import InputFile, sql_path
+from .base import InputFile, Query, ident
 
 NAME = "challenge2025"
 APM_METRICS = ("request", "response", "rrt", "rrt_max", "error", "client_error", "server_error", "timeout",
@@ -54,56 +54,58 @@ def discover(root: Path):
     return files
 
 
-def query(con: duckdb.DuckDBPyConnection, file) -> str:
-    """A SELECT of the file's rows in canonical columns (without file_id)."""
-    src = f"read_parquet('{sql_path(file.path)}')"
+def query(con: duckdb.DuckDBPyConnection, file) -> Query:
+    """The file's rows in canonical columns; its path and names are bound, never pasted."""
+    params = {"path": str(file.path)}
+    src = "read_parquet($path)"
     if file.kind == "log":
-        return f"""
+        return Query(f"""
         select {UTC_TS.format('"@timestamp"')} as ts, k8_pod as component, {SERVICE_OF_POD.format('k8_pod')} as service,
                k8_node_name as node, message,
                case when json_valid(message) then concat_ws(' ', json_extract_string(message, '$.severity'),
                     json_extract_string(message, '$.level'), json_extract_string(message, '$.message'),
                     json_extract_string(message, '$.error')) else message end as text
-        from {src}"""
+        from {src}""", params)
     if file.kind == "trace":
         def tag(col, key):
             return f"list_filter({col}, lambda t: t.key = '{key}')[1].value"
-        return f"""
+        return Query(f"""
         select traceID as trace_id, spanID as span_id,
                list_filter("references", lambda r: r.refType = 'CHILD_OF')[1].spanID as parent_span_id,
                make_timestamp(startTime) as ts, duration as duration_us, process.serviceName as service,
                {tag('process.tags', 'name')} as pod, {tag('process.tags', 'node_name')} as node,
                operationName as operation, {tag('tags', 'span.kind')} as kind,
                try_cast({tag('tags', 'status.code')} as integer) as status_code
-        from {src}"""
+        from {src}""", params)
     rel = file.path.as_posix()
     if "/apm/" in rel:
         metrics = ", ".join(APM_METRICS)
         doubles = ", ".join(f"cast({m} as double) as {m}" for m in APM_METRICS)
-        return f"""
+        return Query(f"""
         select {UTC_TS.format('time')} as ts, 'apm' as source, object_id as component, object_type as component_kind,
                case when object_type = 'pod' then {SERVICE_OF_POD.format('object_id')} else object_id end as service,
                cast(null as text) as node, metric, value
         from (unpivot (select time, object_id, object_type, {doubles} from {src})
-              on {metrics} into name metric value value)"""
+              on {metrics} into name metric value value)""", params)
     family = next((f for f in FAMILIES if f in file.path.name), None)
     if family is None:
         raise LoadError(f"{file.path}: not an apm or infra metric file")
-    columns = [r[0] for r in con.execute(f"describe select * from {src}").fetchall()]
+    columns = [r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()]
     values = [c for c in columns if c not in INFRA_LABELS]
     if len(values) != 1:
         raise LoadError(f"{file.path}: expected one value column besides {sorted(INFRA_LABELS)}, found {values}")
-    kpi = values[0]
     source, part = FAMILIES[family]
+    params |= {"kpi": values[0], "source": source}
     if family == "infra_pod":
         who = f"pod as component, 'pod' as component_kind, {SERVICE_OF_POD.format('pod')} as service, instance as node"
     elif family == "infra_node":
         who = ("coalesce(nullif(kubernetes_node, ''), instance) as component, 'node' as component_kind, "
                "cast(null as text) as service, coalesce(nullif(kubernetes_node, ''), instance) as node")
     else:
-        who = (f"coalesce(nullif(pod, ''), '{part}') as component, 'tidb' as component_kind, '{part}' as service, "
+        params["part"] = part
+        who = ("coalesce(nullif(pod, ''), $part) as component, 'tidb' as component_kind, $part as service, "
                "nullif(instance, '') as node")
-    return f"""
-    select {UTC_TS.format('time')} as ts, '{source}' as source, {who}, '{kpi}' as metric,
-           cast("{kpi}" as double) as value
-    from {src}"""
+    return Query(f"""
+    select {UTC_TS.format('time')} as ts, $source as source, {who}, $kpi as metric,
+           cast({ident(values[0])} as double) as value
+    from {src}""", params)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import duckdb
 
-from .base import InputFile, sql_path
+from rcalab.errors import LoadError
+
+from .base import InputFile, Query, ident
 
 NAME = "nezha"
 # ts-contacts-service-866bd68c97-dzqgd -> ts-contacts-service (Deployment pod names)
@@ -37,30 +39,34 @@ def discover(root: Path) -> list[InputFile]:
     return files
 
 
-def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> str:
-    src = f"read_csv('{sql_path(file.path)}', header = true)"
+def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
+    """The file's rows in canonical columns; its path is bound and its column names quoted."""
+    params = {"path": str(file.path)}
+    src = "read_csv($path, header = true)"
     if file.kind == "log":  # TimeUnixNano overflows on some real rows; the ISO Timestamp is right
-        return f"""
+        return Query(f"""
         select cast(cast(Timestamp as timestamptz) as timestamp) as ts, PodName as component,
                {SERVICE_OF_POD.format('PodName')} as service, Node as node, Log as message,
                coalesce(trim(json_extract_string(Log, '$.log')), Log) as text
-        from {src}"""
+        from {src}""", params)
     if file.kind == "trace":
-        return f"""
+        return Query(f"""
         select TraceID as trace_id, SpanID as span_id, nullif(ParentID, 'root') as parent_span_id,
                make_timestamp(cast(StartTimeUnixNano as bigint) // 1000) as ts,
                cast(Duration as bigint) as duration_us, {SERVICE_OF_POD.format('PodName')} as service,
                PodName as pod, cast(null as text) as node, OperationName as operation, cast(null as text) as kind,
                cast(null as integer) as status_code
-        from {src}"""
-    columns = [r[0] for r in con.execute(f"describe select * from {src}").fetchall()]
+        from {src}""", params)
+    columns = [r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()]
     who = "PodName" if "PodName" in columns else "ServiceName"
+    if who not in columns or "TimeStamp" not in columns:
+        raise LoadError(f"{file.path}: a metric file needs TimeStamp and PodName or ServiceName columns")
     kind = "pod" if who == "PodName" else "service"
-    keep = ", ".join(f'cast("{c}" as double) as "{c}"' for c in columns if c not in ("Time", "TimeStamp", who))
-    service = SERVICE_OF_POD.format(who) if kind == "pod" else who
-    return f"""
-    select ts, '{kind}' as source, component, '{kind}' as component_kind, {service.replace(who, 'component')} as service,
+    keep = ", ".join(f"cast({ident(c)} as double) as {ident(c)}" for c in columns if c not in ("Time", "TimeStamp", who))
+    service = SERVICE_OF_POD.format("component") if kind == "pod" else "component"
+    return Query(f"""
+    select ts, '{kind}' as source, component, '{kind}' as component_kind, {service} as service,
            cast(null as text) as node, metric, value
     from (unpivot (select to_timestamp(cast(TimeStamp as bigint))::timestamp as ts, {who} as component, {keep}
                    from {src})
-          on columns(* exclude (ts, component)) into name metric value value)"""
+          on columns(* exclude (ts, component)) into name metric value value)""", params)
