@@ -21,7 +21,7 @@ from rcalab.errors import LoadError
 from features.anomaly import refresh_edge_anomaly, refresh_metric_anomaly
 from features.changepoints import refresh_changepoints
 from features.templates import mask_sql, mine_new, refresh_template_minute
-from features.trace_edges import refresh_trace_edges
+from features.trace_edges import refresh_span_self, refresh_trace_edges
 
 from . import store
 from .adapters import TABLES, InputFile, adapter_for
@@ -142,12 +142,13 @@ def _load(con, adapter, file: InputFile, prev) -> int:
         con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)", params)
     else:
         con.execute(f"insert into {table} select *, {fid} from ({select})", params)
-    rows, untimed = con.execute(f"select count(*), count(*) - count(ts) from {table} where file_id = ?",
-                                [fid]).fetchall()[0]
-    if untimed:
-        raise ValueError(f"{untimed} rows without a time")
-    con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
-    _update_placement(con, file.kind, fid)
+    rows = con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchall()[0][0]
+    if file.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
+        (untimed,), = con.execute(f"select count(*) - count(ts) from {table} where file_id = ?", [fid]).fetchall()
+        if untimed:
+            raise ValueError(f"{untimed} rows without a time")
+        con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+        _update_placement(con, file.kind, fid)
     _record(con, file, fid, rows, "loaded", "")
     con.execute("commit")
     return rows
@@ -176,6 +177,7 @@ def refresh_features(con, day: dt.date) -> dict[str, int]:
         "metric_anomaly": refresh_metric_anomaly(con, start, end),
         "log_template_minute": refresh_template_minute(con, start, end),
         "trace_edge_minute": refresh_trace_edges(con, start, end),
+        "span_self_minute": refresh_span_self(con, start, end),
     }
     counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
     counts["changepoints"] = refresh_changepoints(con, day)

@@ -41,6 +41,13 @@ MIGRATIONS = [
         p95_us double, baseline_p95_us double, latency_z double, error_rate double, baseline_error_rate double);
     """),
     ("days whose features wait for a refresh", "create table dirty_days (day date primary key);"),
+    ("span self time, link gaps and declared calls", """
+    alter table trace_edge_minute add column gap_p95_us double;
+    create table span_self_minute (minute timestamp, service text, pod text, spans bigint, errors bigint,
+        origin_errors bigint, self_p50_us double, self_p95_us double, p95_us double);
+    create table declared_calls (caller text, callee text, file_id integer);
+    insert or ignore into dirty_days select distinct ts::date from spans;
+    """),
 ]
 
 # One line per table for `rcalab schema`.
@@ -56,7 +63,11 @@ DESCRIPTIONS = {
     "log_template_minute": "log lines per component, template and minute",
     "metric_anomaly": "robust z-score of each metric point against the trailing hour (median, MAD)",
     "changepoints": "change points per series and day (ruptures KernelCPD, linear kernel) with levels around them",
-    "trace_edge_minute": "caller -> callee calls, errors and latency percentiles per minute (pods too)",
+    "trace_edge_minute": "caller -> callee calls, errors, latency percentiles and the caller-side gap "
+                         "(caller span minus callee span) per minute (pods too)",
+    "span_self_minute": "per service, pod and minute: spans, errors, errors that start there (no failing child), "
+                        "self time (a span less its children) and span p95",
+    "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",

@@ -1,7 +1,13 @@
-"""Caller -> callee edges per minute from spans: a span whose child runs in another service is a call.
+"""Trace features per minute: caller -> callee edges, and each service's own (self) time and errors.
 
-A failed client span with no child (the callee never answered: connection refused, DNS)
-still counts, with the callee taken from its gRPC operation name.
+An edge is a span whose child runs in another service. A failed client span with no child
+(the callee never answered: connection refused, DNS) still counts, with the callee taken from
+its gRPC operation name. The gap of an edge (caller span less callee span) is the time spent
+between the two: network, queues, or the caller's own work around the call.
+
+Self time is a span less its children, on server (or unmarked) spans: where a service itself
+got slow (CPU, GC, code), its self time rises, while its callers' self time stays flat. An
+error span none of whose children failed is where errors start (`origin_errors`).
 """
 
 from __future__ import annotations
@@ -17,19 +23,39 @@ def refresh_trace_edges(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
         pairs as (
             select date_trunc('minute', p.ts) as minute, p.service as caller, p.pod as caller_pod,
                    c.service as callee, c.pod as callee_pod, p.duration_us as dur, c.duration_us as callee_dur,
+                   p.duration_us - c.duration_us as gap,
                    (coalesce(p.status_code, 0) <> 0 or coalesce(c.status_code, 0) <> 0) as err
             from s p join s c on c.parent_span_id = p.span_id and c.trace_id = p.trace_id
             where p.service <> c.service
             union all
             select date_trunc('minute', p.ts), p.service, p.pod, lower(regexp_extract(p.operation, '\.(\w+)/', 1)),
-                   null, p.duration_us, null, true
+                   null, p.duration_us, null, null, true
             from s p anti join s c on c.parent_span_id = p.span_id and c.trace_id = p.trace_id
             where p.kind = 'client' and coalesce(p.status_code, 0) <> 0
         )
         select minute, caller, caller_pod, callee, callee_pod, count(*), sum(err::int),
                quantile_cont(dur, 0.5), quantile_cont(dur, 0.95), quantile_cont(dur, 0.99),
-               quantile_cont(callee_dur, 0.95)
+               quantile_cont(callee_dur, 0.95), quantile_cont(gap, 0.95)
         from pairs group by all""", [lo, hi])
     return con.execute("select count(*) from trace_edge_minute where minute >= ? and minute < ?",
+                       [lo, hi]).fetchall()[0][0]
+
+
+def refresh_span_self(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
+    con.execute("delete from span_self_minute where minute >= ? and minute < ?", [lo, hi])
+    con.execute("""
+        insert into span_self_minute
+        with s as (select *, coalesce(status_code, 0) <> 0 as err from spans where ts >= ? and ts < ?),
+        kids as (select trace_id, parent_span_id as span_id, sum(duration_us) as child_us, bool_or(err) as child_err
+                 from s where parent_span_id is not null group by all)
+        select date_trunc('minute', p.ts), p.service, p.pod, count(*), sum(p.err::int),
+               sum((p.err and not coalesce(k.child_err, false))::int),
+               quantile_cont(greatest(p.duration_us - coalesce(k.child_us, 0), 0), 0.5),
+               quantile_cont(greatest(p.duration_us - coalesce(k.child_us, 0), 0), 0.95),
+               quantile_cont(p.duration_us, 0.95)
+        from s p left join kids k using (trace_id, span_id)
+        where coalesce(p.kind, 'server') <> 'client'
+        group by all""", [lo, hi])
+    return con.execute("select count(*) from span_self_minute where minute >= ? and minute < ?",
                        [lo, hi]).fetchall()[0][0]
 

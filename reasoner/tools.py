@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import duckdb
 
 from features.cases import Question
-from features.digest import BASELINE, GAP, _quote, fmt, log_evidence, metric_evidence, trace_evidence
+from features.evidence import BASELINE, GAP, Item, Window, changepoints, flat, metrics, silence, traces
 
 MAX_LINES = 4
 
@@ -22,16 +22,21 @@ class Context:
     question: Question
 
 
-def _matches(row_component: str | None, row_service: str | None, component: str) -> bool:
-    return component in (row_component, row_service)
+def _of(item: Item, component: str) -> bool:
+    """An item of the component, or of one of its pods (a service covers its pods)."""
+    return item.component == component or item.component.rsplit("-", 1)[0] == component
+
+
+def _window(ctx: Context) -> Window:
+    return Window.around(ctx.question.start, ctx.question.end)
 
 
 def metric_anomalies(ctx: Context, component: str) -> str:
-    """Metrics of a component (a service covers its pods) that left their baseline in the window."""
-    rows = [m for m in metric_evidence(ctx.con, ctx.question) if _matches(m["component"], m["service"], component)]
-    lines = [f"{m['metric']} of {m['component']}: {fmt(m['before'])} -> {fmt(m['during'])} (z {m['z']:.0f})"
-             for m in rows[:MAX_LINES]]
-    return "\n".join(lines) or f"no metric of {component} left its baseline"
+    """Metrics of a component (a service covers its pods) that left their baseline, shifted or stopped in the window."""
+    w = _window(ctx)
+    found = [i for family in (metrics, changepoints, silence) for i in family.collect(ctx.con, w) if _of(i, component)]
+    found.sort(key=lambda i: -i.score)
+    return "\n".join(flat(i.text, 160) for i in found[:MAX_LINES]) or f"no metric of {flat(component, 60)} left its baseline"
 
 
 def log_templates(ctx: Context, component: str, keyword: str = "") -> str:
@@ -45,21 +50,16 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> str:
         group by all having during > 0 order by during - before desc limit ?""",
                            [q.start, q.start - GAP, component, component, q.start - BASELINE, q.end,
                             f"%{keyword}%", MAX_LINES]).fetchall()
-    lines = [f"{c}: {int(d)} lines (before {int(b)}): \"{_quote(t, 120)}\"" for c, t, d, b in rows]
-    return "\n".join(lines) or f"no log template of {component}" + (f" contains '{keyword}'" if keyword else "")
+    lines = [f"{flat(c, 60)}: {int(d)} lines (before {int(b)}): \"{flat(t, 120)}\"" for c, t, d, b in rows]
+    return "\n".join(lines) or f"no log template of {flat(component, 60)}" + (
+        f" contains '{flat(keyword, 40)}'" if keyword else "")
 
 
 def trace_edges(ctx: Context, component: str) -> str:
-    """Calls into and out of a service in the window: errors, p95 latency and the callee's own time."""
-    rows = [e for e in trace_evidence(ctx.con, ctx.question) if component in (e["caller"], e["callee"])
-            or component.rsplit("-", 1)[0] in (e["caller"], e["callee"])]
-    rows.sort(key=lambda e: -(e["err"] - e["err_before"]) - (e["p95"] or 0) / max(e["p95_before"] or 1, 1) / 10)
-    lines = []
-    for e in rows[:MAX_LINES]:
-        own = f", callee own p95 {fmt(e['own'] / 1000)} ms" if e["own"] is not None else ", no answer from callee"
-        lines.append(f"{e['caller']} -> {e['callee']}: errors {e['err_before']:.0%} -> {e['err']:.0%} of {e['calls']}, "
-                     f"p95 {fmt((e['p95_before'] or 0) / 1000)} -> {fmt(e['p95'] / 1000)} ms{own}")
-    return "\n".join(lines) or f"no traced calls of {component} in the window"
+    """Traced calls into and out of a service in the window: errors, call gaps and its own (self) time."""
+    found = [i for i in traces.collect(ctx.con, _window(ctx)) if _of(i, component) or component in i.text]
+    found.sort(key=lambda i: -i.score)
+    return "\n".join(flat(i.text, 160) for i in found[:MAX_LINES]) or f"no traced calls of {flat(component, 60)} changed"
 
 
 def neighbours(ctx: Context, component: str) -> str:

@@ -13,7 +13,7 @@ from .base import InputFile, Query, ident
 __all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident"]
 
 ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha}
-TABLES = {"metric": "metric_points", "log": "log_lines", "trace": "spans"}
+TABLES = {"metric": "metric_points", "log": "log_lines", "trace": "spans", "calls": "declared_calls"}
 
 
 def adapter_for(root: Path, fmt: str = "auto"):

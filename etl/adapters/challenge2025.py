@@ -89,11 +89,11 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
               on {metrics} into name metric value value)""", params)
     family = next((f for f in FAMILIES if f in file.path.name), None)
     if family is None:
-        raise LoadError(f"{file.path}: not an apm or infra metric file")
+        raise LoadError("not an apm or infra metric file")
     columns = [r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()]
     values = [c for c in columns if c not in INFRA_LABELS]
     if len(values) != 1:
-        raise LoadError(f"{file.path}: expected one value column besides {sorted(INFRA_LABELS)}, found {values}")
+        raise LoadError(f"expected one value column besides {sorted(INFRA_LABELS)}, found {values}")
     source, part = FAMILIES[family]
     params |= {"kpi": values[0], "source": source}
     if family == "infra_pod":

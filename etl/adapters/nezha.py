@@ -27,7 +27,11 @@ def discover(root: Path) -> list[InputFile]:
     files = []
     for path in sorted(root.rglob("*.csv")):
         folder = path.parent.name
-        if folder == "metric":
+        if path.name == "dependency.csv":
+            files.append(InputFile(path, "calls"))
+        elif path.name in ("source_50.csv", "destination_50.csv"):
+            files.append(InputFile(path, "skip", "per-call latency between services; the traces carry it"))
+        elif folder == "metric":
             files.append(InputFile(path, "metric"))
         elif folder == "log":
             files.append(InputFile(path, "log"))
@@ -49,6 +53,8 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                {SERVICE_OF_POD.format('PodName')} as service, Node as node, Log as message,
                coalesce(trim(json_extract_string(Log, '$.log')), Log) as text
         from {src}""", params)
+    if file.kind == "calls":
+        return Query(f"select Source as caller, Target as callee from {src}", params)
     if file.kind == "trace":
         return Query(f"""
         select TraceID as trace_id, SpanID as span_id, nullif(ParentID, 'root') as parent_span_id,
@@ -60,7 +66,7 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
     columns = [r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()]
     who = "PodName" if "PodName" in columns else "ServiceName"
     if who not in columns or "TimeStamp" not in columns:
-        raise LoadError(f"{file.path}: a metric file needs TimeStamp and PodName or ServiceName columns")
+        raise LoadError("a metric file needs TimeStamp and PodName or ServiceName columns")
     kind = "pod" if who == "PodName" else "service"
     keep = ", ".join(f"cast({ident(c)} as double) as {ident(c)}" for c in columns if c not in ("Time", "TimeStamp", who))
     service = SERVICE_OF_POD.format("component") if kind == "pod" else "component"

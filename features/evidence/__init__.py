@@ -1,0 +1,109 @@
+"""Evidence families: each module turns the store and a case window into evidence items.
+
+One contract: `collect(con, window) -> list[Item]`, every item naming the component as the
+store names it (pod, service, node, TiDB part), a score in 0..1, the key metric or log
+keyword verbatim, one line of text, the signal (what moved) and whether the item is an
+echo (measured on a caller's side, so it says more about a callee than about the component).
+Adding a family is adding a module here and its name to `FAMILIES`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+import duckdb
+
+GAP = dt.timedelta(minutes=2)  # minutes just before a window are neither baseline nor window
+BASELINE = dt.timedelta(minutes=60)
+# Traces may be kept only around incidents (a Nezha dump keeps three minutes a fault): their baseline is
+# every other traced minute within this reach, before and after the window, and its median resists the
+# other incidents in it.
+TRACE_REACH = dt.timedelta(hours=6)
+
+
+MINUTE = dt.timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Window:
+    start: dt.datetime  # naive UTC, as in the store
+    end: dt.datetime
+
+    @classmethod
+    def around(cls, start: dt.datetime, end: dt.datetime) -> "Window":
+        """Whole minutes, at least one: a window of seconds holds no minute-resolution point otherwise."""
+        first = start.replace(second=0, microsecond=0)
+        return cls(first, max(end, first + MINUTE))
+
+
+@dataclass
+class Item:
+    component: str
+    kind: str  # the family: metric | changepoint | silence | log | trace
+    score: float  # 0..1
+    key: str  # key metric or log keyword, verbatim
+    text: str
+    signal: str  # what moved: cpu, memory, latency, errors, traffic, network, disk, self time, link, silence, log
+    echo: bool = False
+
+
+# What a metric measures, from its name alone (any system): the first pattern that matches.
+SIGNALS = (
+    (re.compile(r"process", re.I), "processes"),
+    (re.compile(r"cpu", re.I), "cpu"),
+    (re.compile(r"mem", re.I), "memory"),
+    (re.compile(r"filesystem|disk|io_util|syscall|raft|region|stall|compaction", re.I), "disk"),
+    (re.compile(r"network|receive|transmit|packet|tcp", re.I), "network"),
+    (re.compile(r"error|fail|success", re.I), "errors"),
+    (re.compile(r"rrt|latency|duration|timeout", re.I), "latency"),
+    (re.compile(r"request|response|qps|ops|workload|count", re.I), "traffic"),
+    (re.compile(r"up$|uptime|is_up", re.I), "up"),
+)
+# Measured on the caller's side of a call: the callee's trouble shows here too.
+ECHO = re.compile(r"client", re.I)
+
+
+# Signals whose fall is no fault (less CPU, faster answers); traffic and network may fall or rise.
+RISING = {"cpu", "memory", "disk", "errors", "latency", "processes"}
+
+
+def signal_of(metric: str) -> str:
+    return next((name for pattern, name in SIGNALS if pattern.search(metric)), "other")
+
+
+def faulty_direction(metric: str, before: float | None, during: float | None) -> bool:
+    return signal_of(metric) not in RISING or before is None or during is None or during > before
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | dict) -> list[dict]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    a = abs(value)
+    if a >= 1e9:
+        return f"{value / 1e9:.2f}G"
+    if a >= 1e6:
+        return f"{value / 1e6:.1f}M"
+    if a >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    if a >= 10 or a == 0:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def flat(text: str, limit: int = 140) -> str:
+    """Telemetry text for a prompt: one line, no double quotes, cut."""
+    return " ".join(str(text).replace('"', "'").split())[:limit]
+
+
+def collect(con: duckdb.DuckDBPyConnection, window: Window) -> list[Item]:
+    from . import changepoints, logs, metrics, silence, traces
+
+    return [item for family in (metrics, changepoints, silence, logs, traces) for item in family.collect(con, window)]

@@ -1,0 +1,62 @@
+"""Logs: templates (Drain3) that appear or surge in a component's logs in the window. Error-like
+templates count fully; others count little. The template text is untrusted data: flattened and
+quoted wherever it is shown.
+
+The baseline is the hour before; where a dump keeps logs only around incidents (no lines in
+that hour), it is every other logged minute within `TRACE_REACH`, as for traces."""
+
+from __future__ import annotations
+
+import re
+
+from . import BASELINE, GAP, TRACE_REACH, Item, Window, flat, rows
+
+ERROR_WORDS = re.compile(r"error|fail|exception|refused|timeout|unavailable|deadline|cancel|panic|reset|"
+                         r"no such host|denied|unhealthy|fatal|severe|warn|throw|gc|stress|latency", re.I)
+OTHER_WEIGHT = 0.4
+KEYWORD = re.compile(r"[A-Za-z][A-Za-z_.-]{3,}")
+
+
+def keyword(template: str) -> str:
+    """The template's first error word with its neighbour, else its first word: a checkable keyword."""
+    words = KEYWORD.findall(template)
+    for i, word in enumerate(words):
+        if ERROR_WORDS.search(word):
+            return " ".join(words[max(0, i - 1):i + 1])
+    return words[0] if words else ""
+
+
+def baseline_minutes(con, w: Window) -> tuple[str, list]:
+    """A SQL condition on `minute` for the baseline, and its parameters, and how many logged minutes it has."""
+    hour = ("minute >= ? and minute < ?", [w.start - BASELINE, w.start - GAP])
+    (n,), = con.execute(f"select count(distinct minute) from log_template_minute where {hour[0]}", hour[1]).fetchall()
+    if n >= (BASELINE - GAP).total_seconds() / 60 / 2:
+        return *hour, n
+    reach = ("minute >= ? and minute <= ? and (minute < ? or minute > ?)",
+             [w.start - TRACE_REACH, w.end + TRACE_REACH, w.start - GAP, w.end + GAP])
+    (n,), = con.execute(f"select count(distinct minute) from log_template_minute where {reach[0]}", reach[1]).fetchall()
+    return *reach, n
+
+
+def collect(con, w: Window) -> list[Item]:
+    minutes = max((w.end - w.start).total_seconds() / 60, 1)
+    condition, params, base_minutes = baseline_minutes(con, w)
+    base_minutes = max(base_minutes, 1)
+    found = rows(con, f"""
+        with d as (select component, template_id, sum(lines) / ? as rate from log_template_minute
+                   where minute >= ? and minute <= ? group by all),
+             b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
+                   where {condition} group by all)
+        select d.component, t.template, d.rate as during, coalesce(b.rate, 0) as before
+        from d join log_templates t using (template_id) left join b using (component, template_id)
+        where d.rate > 2 * coalesce(b.rate, 0) + 0.05
+        order by d.rate - coalesce(b.rate, 0) desc limit 200""",
+                 [minutes, w.start, w.end, base_minutes, *params])
+    items = []
+    for r in found:
+        errorlike = bool(ERROR_WORDS.search(r["template"]))
+        rise = (r["during"] - r["before"]) / (r["during"] + r["before"] + 0.5)
+        new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
+        items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(r["template"]),
+                          f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log"))
+    return items

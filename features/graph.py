@@ -1,0 +1,65 @@
+"""The dependency graph of a system around a case window (networkx).
+
+Edges point from a component to what it depends on:
+- traced calls (caller service -> callee service) within reach of the window;
+- calls the dump declares (`declared_calls`, from a Nezha `dependency.csv`);
+- calls a system declares but does not trace (`systems/*.json`, data per system), kept only
+  where both ends exist in the store;
+- placement: a pod runs on its node (pod -> node), a service has its pods (service -> pod,
+  kind "has", which is membership rather than dependency).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+
+import duckdb
+import networkx as nx
+
+from .evidence import TRACE_REACH, Window
+
+
+@cache
+def declared_by_systems() -> tuple[tuple[str, str], ...]:
+    calls = []
+    for entry in resources.files("features.systems").iterdir():
+        if entry.name.endswith(".json"):
+            calls += [tuple(pair) for pair in json.loads(entry.read_text())["calls_not_traced"]]
+    return tuple(calls)
+
+
+def dependency_graph(con: duckdb.DuckDBPyConnection, w: Window) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for caller, callee, calls in con.execute("""
+            select caller, callee, sum(calls) from trace_edge_minute
+            where minute >= ? and minute <= ? and callee is not null and caller <> callee group by all""",
+                                             [w.start - TRACE_REACH, w.end + TRACE_REACH]).fetchall():
+        g.add_edge(caller, callee, kind="call", calls=int(calls))
+    for caller, callee in con.execute("select distinct caller, callee from declared_calls").fetchall():
+        if not g.has_edge(caller, callee):
+            g.add_edge(caller, callee, kind="declared")
+    services = {r[0] for r in con.execute("select distinct service from metric_points where ts >= ? and ts <= ?",
+                                          [w.start - TRACE_REACH, w.end]).fetchall()} | set(g)
+    for caller, callee in declared_by_systems():
+        if caller in services and callee in services and not g.has_edge(caller, callee):
+            g.add_edge(caller, callee, kind="declared")
+    for pod, service, node in con.execute("select pod, service, node from placement").fetchall():
+        g.add_edge(service, pod, kind="has")
+        g.add_edge(pod, node, kind="runs on")
+    return g
+
+
+def depends_on(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
+    """What a component calls within `hops` calls (a pod calls what its service calls), and its node."""
+    if component not in g:
+        return set()
+    start = {component} | {s for s, _, k in g.in_edges(component, data="kind") if k == "has"}
+    found: set[str] = set()
+    frontier = set(start)
+    for _ in range(hops):
+        frontier = {v for u in frontier for _, v, k in g.out_edges(u, data="kind") if k in ("call", "declared")} - found
+        found |= frontier
+    found |= {v for _, v, k in g.out_edges(component, data="kind") if k == "runs on"}
+    return found - start

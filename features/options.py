@@ -1,0 +1,64 @@
+"""Fault-type hypotheses from a candidate's evidence signature, each with the key metric or
+log keyword that supports it. Fault types are the challenge's 18; a Nezha fault maps to the
+nearest of them (its ground truth lists both names)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .evidence import Item
+
+FAULT_TYPES = (
+    "cpu stress", "memory stress", "network delay", "network loss", "network corrupt", "pod failure", "pod kill",
+    "jvm cpu", "jvm gc", "jvm latency", "jvm exception", "dns error", "target port misconfig", "code error",
+    "io fault", "node cpu stress", "node memory stress", "node disk fill",
+)
+# Log and trace words -> fault type, first match wins.
+WORDS = (
+    (re.compile(r"no such host|dns|lookup", re.I), "dns error"),
+    (re.compile(r"refused", re.I), "target port misconfig"),
+    (re.compile(r"\bgc\b|garbage", re.I), "jvm gc"),
+    (re.compile(r"stress|cpu", re.I), "jvm cpu"),
+    (re.compile(r"latency|delay", re.I), "jvm latency"),
+    (re.compile(r"exception|throw", re.I), "jvm exception"),
+    (re.compile(r"deadline|timeout|unavailable|cancel|reset|dial", re.I), "network loss"),
+    (re.compile(r"error|fail|panic", re.I), "code error"),
+)
+BY_SIGNAL = {
+    "cpu": ("cpu stress", "node cpu stress"), "processes": ("cpu stress", "cpu stress"),
+    "memory": ("memory stress", "node memory stress"), "disk": ("io fault", "node disk fill"),
+    "network": ("network loss", "network loss"), "link": ("network delay", "network delay"),
+    "latency": ("network delay", "network delay"), "self time": ("cpu stress", "node cpu stress"),
+    "silence": ("pod failure", "pod failure"), "up": ("pod failure", "pod failure"),
+    "traffic": ("pod kill", "pod kill"), "errors": ("code error", "code error"),
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    fault_type: str
+    key: str  # the key metric or keyword, verbatim
+    evidence: str  # the evidence line it rests on
+
+
+def fault_type(item: Item, level: str) -> str:
+    if item.kind in ("log", "trace") and item.signal in ("log", "errors"):
+        word = next((t for pattern, t in WORDS if pattern.search(item.text)), None)
+        if word:
+            return word
+    if item.kind == "silence" and item.key in ("log lines", "traces"):
+        return "pod failure"
+    pair = BY_SIGNAL.get(item.signal, ("code error", "code error"))
+    return pair[1] if level == "node" else pair[0]
+
+
+def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
+    found: dict[str, Option] = {}
+    for item in sorted(evidence, key=lambda i: (i.echo, -i.score)):
+        kind = fault_type(item, level)
+        if kind not in found:
+            found[kind] = Option(kind, item.key, item.text)
+        if len(found) == limit:
+            break
+    return list(found.values())

@@ -1,0 +1,106 @@
+"""Rank root-cause candidates so that a cause outranks the components that echo it.
+
+1. Each evidence item belongs to a unit: a pod of a one-pod service is that service; a
+   node, a service, a pod of a replicated service are themselves.
+2. A unit's anomaly adds its strongest signals with falling weights; echo items (measured on a
+   caller's side) count little.
+3. Level: one anomalous replica of a service is the pod; two or more are the service.
+4. The graph: latency, traffic and errors travel up the call graph, resource signals (CPU,
+   memory, disk, a stopped process, a slow network link, where errors start) do not. So a
+   unit with an anomalous dependency (what it calls, within two calls, and its node when that
+   node hosts anomalous pods of two or more services) keeps its local signals but little of
+   its propagating ones: the deepest anomalous unit, whose dependencies are healthy, ranks first.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .evidence import Item
+from .graph import depends_on
+
+WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
+ECHO_WEIGHT = 0.3
+EXPLAINED = 0.3  # what is left of a propagating signal that an anomalous dependency explains
+PROPAGATING = {"latency", "traffic", "errors"}
+ANOMALOUS = 0.2
+MAX_EVIDENCE = 4
+
+
+@dataclass
+class Candidate:
+    component: str
+    level: str  # service | pod | node
+    score: float = 0.0
+    anomaly: float = 0.0
+    evidence: list[Item] = field(default_factory=list)
+    explained_by: str | None = None  # the dependency that explains part of the anomaly
+
+
+def anomaly(items: list[Item], explained: bool = False) -> float:
+    """The strongest signals with falling weights; echoes, and propagating signals a dependency explains, weigh less."""
+    best: dict[str, float] = {}
+    for it in items:
+        weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained and (
+            it.echo or it.signal in PROPAGATING) else 1.0)
+        best[it.signal] = max(best.get(it.signal, 0.0), it.score * weight)
+    return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
+
+
+def own(items: list[Item]) -> float:
+    return anomaly([i for i in items if not i.echo])
+
+
+def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: set[str],
+         limit: int = 5) -> list[Candidate]:
+    service_of = {p: s for s, pods in pods_of.items() for p in pods}
+    by_component: dict[str, list[Item]] = defaultdict(list)
+    for it in items:
+        by_component[it.component].append(it)
+    units: dict[str, list[Item]] = defaultdict(list)
+    level: dict[str, str] = {}
+    for comp, its in by_component.items():
+        service = service_of.get(comp)
+        if comp in nodes:
+            units[comp] += its
+            level[comp] = "node"
+        elif service and len(pods_of[service]) == 1:
+            units[service] += its
+            level[service] = "service"
+        else:
+            units[comp] += its
+            level[comp] = "pod" if service else "service"
+    # Level: one anomalous replica is the pod; two or more, the service.
+    for service, pods in pods_of.items():
+        if len(pods) < 2:
+            continue
+        hit = [p for p in pods if p in units and own(units[p]) >= ANOMALOUS]
+        if len(hit) == 1:
+            units[hit[0]] += units.pop(service, [])
+        elif len(hit) >= 2:
+            units[service] += [it for p in hit for it in units.pop(p)]
+            level[service] = "service"
+    cands = {u: Candidate(u, level[u], anomaly=anomaly(its), evidence=sorted(its, key=lambda i: (i.echo, -i.score)))
+             for u, its in units.items()}
+    own_of = {u: own(units[u]) for u in cands}
+    # A node explains its pods only when it hosts anomalous pods of two or more services.
+    hosted: dict[str, set[str]] = defaultdict(set)
+    for u in cands:
+        for _, node, kind in (g.out_edges(u, data="kind") if u in g else []):
+            if kind == "runs on" and own_of[u] >= ANOMALOUS:
+                hosted[node].add(service_of.get(u, u))
+    for u, c in cands.items():
+        deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
+        deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
+        worst, by = max(((own_of[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
+        c.explained_by = by if worst >= ANOMALOUS else None
+        c.score = anomaly(units[u], explained=c.explained_by is not None)
+        if c.level == "node" and len(hosted[u]) >= 2:
+            c.score += 0.1 * len(hosted[u])
+    ranked = sorted(cands.values(), key=lambda c: -c.score)[:limit]
+    for c in ranked:
+        c.evidence = c.evidence[:MAX_EVIDENCE]
+    return ranked
