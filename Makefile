@@ -25,6 +25,7 @@ demo: setup
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results
 	$(BIN)/rcalab bench etl --out bench/results
+	$(BIN)/rcalab bench rank --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results
 
 clean:

@@ -75,28 +75,60 @@ def simulate(out, schedule, cases, limit, scale, seed):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["testbed", "etl", "diagnose"]))
+@click.argument("what", type=click.Choice(["testbed", "etl", "rank", "diagnose"]))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
-@click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--scale", type=click.FloatRange(min=0, min_open=True),
+              help="Volume of simulated traces and logs (default: 1.0, a real day; rank: 0.005).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl, diagnose: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=6, show_default=True,
               help="diagnose: cases the model answers (one per fault type in turn).")
+@click.option("--schedule", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("../shared/challenge2025/groundtruth-phaseone.jsonl"), show_default=True,
+              help="rank: the ground truth whose cases to replay in the simulator.")
+@click.option("--real", type=click.Path(path_type=Path, file_okay=False), multiple=True,
+              default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique")],
+              show_default=True, help="rank: labelled real dumps (Nezha layout) to rank too.")
 @reports_errors
-def bench(what, out, scale, nezha, sample):
-    """Measure a stage on one simulated day; print a table and save it as OUT/WHAT.json.
+def bench(what, out, scale, nezha, sample, schedule, real):
+    """Measure a stage; print a table and save it as OUT/WHAT.json.
 
-    Example: rcalab bench etl --scale 1.0
+    testbed and etl use one simulated day; rank replays SCHEDULE in the simulator and ranks
+    every case, and every case of the real dumps; diagnose runs the model on a sample.
+
+    Example: rcalab bench rank --scale 0.005
     """
+    if what == "rank":
+        from features.bench import run
+
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("rank", total=None)
+            result = run(schedule, list(real), scale=scale or 0.005, progress=lambda what: bar.update(task, description=what))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rank.json").write_text(json.dumps(result, indent=2) + "\n")
+        table = Table(title="rcalab bench rank")
+        for col in ("set", "fault type", "cases", "top-1", "top-3"):
+            table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
+        for name, r in result.items():
+            for fault, t in r["per_type"].items():
+                table.add_row(name, fault, str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
+            table.add_row(f"[bold]{name}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
+                          f"[bold]{r['top3']:.3f}[/]", end_section=True)
+        Console().print(table)
+        for name, r in result.items():
+            click.echo(f"{name}: digest {r['digest_seconds_mean']:.3f} s a case on average, "
+                       f"{r['digest_seconds_max']:.3f} s at most")
+        click.echo(f"saved {out / 'rank.json'}")
+        return
     if what == "testbed":
         from testbed.bench import run
 
-        result = run(scale=scale)
+        result = run(scale=scale or 1.0)
     elif what == "etl":
         from etl.bench import run
 
-        result = run(scale=scale, nezha=nezha)
+        result = run(scale=scale or 1.0, nezha=nezha)
     else:
         from reasoner.bench import run
 

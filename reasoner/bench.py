@@ -8,42 +8,19 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
+from features.bench import ranking
 from features.cases import load_questions
-from features.digest import build_digest
-from judge.report import ranked_services, service_of, transcript_figures
+from judge.report import transcript_figures
 from judge.scoring import score
 
 from .agent import openai_chat
 from .batch import run_batch
 from .llm import endpoint
-
-
-def digest_ranking(db: Path, input_json: Path, truth: Path) -> dict:
-    """Share of cases whose true service is the digest's first, or among its first three; digest time."""
-    rows = {json.loads(line)["uuid"]: json.loads(line) for line in truth.read_text().splitlines()}
-    con = store.connect(db, read_only=True)
-    hits1 = hits3 = 0
-    seconds = []
-    questions = load_questions(input_json)
-    for q in questions:
-        started = time.perf_counter()
-        digest = build_digest(con, q)
-        seconds.append(time.perf_counter() - started)
-        instance = rows[q.uuid]["instance"]
-        truth_services = {service_of(i) for i in (instance if isinstance(instance, list) else [instance])}
-        ranked = ranked_services([c.component for c in digest.candidates])
-        hits1 += any(s in truth_services for s in ranked[:1])
-        hits3 += any(s in truth_services for s in ranked[:3])
-    con.close()
-    n = len(questions)
-    return {"cases": n, "top1": round(hits1 / n, 3), "top3": round(hits3 / n, 3),
-            "digest_seconds_mean": round(sum(seconds) / n, 3), "digest_seconds_max": round(max(seconds), 3)}
 
 
 def _stratified(input_json: Path, truth: Path, n: int) -> list:
@@ -72,6 +49,10 @@ def _diagnose(db: Path, input_json: Path, truth: Path, n: int, folder: Path) -> 
             **{k: v for k, v in figures.items() if not k.startswith("AC@")}}
 
 
+def _overall(figures: dict) -> dict:
+    return {k: v for k, v in figures.items() if k != "per_type"}
+
+
 def run(sample: int = 6, trainticket: Path | None = None, trainticket_sample: int = 3, seed: int = 11) -> dict:
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,13 +61,13 @@ def run(sample: int = 6, trainticket: Path | None = None, trainticket_sample: in
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--cases", "18", "--scale", "0.02",
                         "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
         run_etl(dump, db)
-        result["simulated"] = {**digest_ranking(db, dump / "input.json", dump / "groundtruth.jsonl"),
+        result["simulated"] = {**_overall(ranking(db, dump / "input.json", dump / "groundtruth.jsonl")),
                                **_diagnose(db, dump / "input.json", dump / "groundtruth.jsonl", sample, tmp / "a")}
         if trainticket and Path(trainticket).is_dir():
             cases, tt_db = tmp / "tt-cases", tmp / "tt.duckdb"
             write_cases(trainticket, cases)
             run_etl(trainticket, tt_db)
             result["trainticket"] = {
-                **digest_ranking(tt_db, cases / "input.json", cases / "groundtruth.jsonl"),
+                **_overall(ranking(tt_db, cases / "input.json", cases / "groundtruth.jsonl")),
                 **_diagnose(tt_db, cases / "input.json", cases / "groundtruth.jsonl", trainticket_sample, tmp / "b")}
     return result

@@ -2,18 +2,23 @@
 templates count fully; others count little. The template text is untrusted data: flattened and
 quoted wherever it is shown.
 
-The baseline is the hour before; where a dump keeps logs only around incidents (no lines in
+A template that surges in several components at once is shared among them; a steady template
+that stops while its component goes on logging counts too. The baseline is the hour before; where a dump keeps logs only around incidents (no lines in
 that hour), it is every other logged minute within `TRACE_REACH`, as for traces."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from . import BASELINE, GAP, TRACE_REACH, Item, Window, flat, rows
 
 ERROR_WORDS = re.compile(r"error|fail|exception|refused|timeout|unavailable|deadline|cancel|panic|reset|"
                          r"no such host|denied|unhealthy|fatal|severe|warn|throw|gc|stress|latency", re.I)
 OTHER_WEIGHT = 0.4
+VANISHED = 0.6
+STEADY = 0.9  # share of the baseline's minutes a template must appear in for its stop to count
+MIN_EXPECTED = 10.0  # lines a vanished template would have written in the window at its rate before
 KEYWORD = re.compile(r"[A-Za-z][A-Za-z_.-]{3,}")
 
 
@@ -47,16 +52,33 @@ def collect(con, w: Window) -> list[Item]:
                    where minute >= ? and minute <= ? group by all),
              b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
                    where {condition} group by all)
-        select d.component, t.template, d.rate as during, coalesce(b.rate, 0) as before
+        select d.component, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before
         from d join log_templates t using (template_id) left join b using (component, template_id)
         where d.rate > 2 * coalesce(b.rate, 0) + 0.05
         order by d.rate - coalesce(b.rate, 0) desc limit 200""",
                  [minutes, w.start, w.end, base_minutes, *params])
+    # The same template surging in several components at once travels with the calls (an exception
+    # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.
+    spread = Counter(r["template_id"] for r in found)
     items = []
     for r in found:
         errorlike = bool(ERROR_WORDS.search(r["template"]))
-        rise = (r["during"] - r["before"]) / (r["during"] + r["before"] + 0.5)
+        rise = (r["during"] - r["before"]) / (r["during"] + r["before"] + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(r["template"]),
                           f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log"))
+    # A template that was steady and stops (a heartbeat, a worker loop) while the component still logs.
+    for r in rows(con, f"""
+            with b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
+                       where {condition} group by all
+                       having sum(lines) / ? * ? >= ? and count(*) >= ? * ?),  -- steady: nearly every minute
+                 d as (select component, template_id, sum(lines) as n from log_template_minute
+                       where minute >= ? and minute <= ? group by all)
+            select b.component, t.template, b.rate from b join log_templates t using (template_id)
+            where not exists (select 1 from d where d.component = b.component and d.template_id = b.template_id)
+            and exists (select 1 from d where d.component = b.component)""",
+                  [base_minutes, *params, base_minutes, minutes, MIN_EXPECTED, STEADY, base_minutes, w.start, w.end]):
+        items.append(Item(r["component"], "log", VANISHED, keyword(r["template"]),
+                          f"log {r['component']} stopped ({r['rate']:.1f}/min before): \"{flat(r['template'])}\"",
+                          "log"))
     return items

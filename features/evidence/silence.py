@@ -8,35 +8,39 @@ from . import BASELINE, GAP, Item, Window, fmt, rows, signal_of
 
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
 MIN_EXPECTED = 10.0
+PRESENT = 0.9  # a series must have values in this share of the baseline's minutes for its stop to count
 
 
 def collect(con, w: Window) -> list[Item]:
     items = []
+    minutes = (BASELINE - GAP).total_seconds() / 60
     for m in rows(con, """
             with b as (select component, metric, median(value) as before from metric_points
                        where ts >= ? and ts < ? group by all
-                       having quantile_disc(abs(value), 0.1) > 0),  -- never (or hardly ever) zero before
+                       having quantile_disc(abs(value), 0.1) > 0  -- hardly ever zero before
+                       and count(distinct date_trunc('minute', ts)) >= ?),  -- and hardly ever missing
                  d as (select component, metric, median(value) as during, count(*) as n from metric_points
                        where ts >= ? and ts <= ? group by all)
             select b.component, b.metric, b.before, d.during from b left join d using (component, metric)
             where (d.n is null or d.during = 0) and exists (select 1 from d)""",
-                  [w.start - BASELINE, w.start - GAP, w.start, w.end]):
+                  [w.start - BASELINE, w.start - GAP, PRESENT * minutes, w.start, w.end]):
         during = "no values" if m["during"] is None else "0"
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
                           f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}",
                           signal_of(m["metric"])))
-    minutes = (BASELINE - GAP).total_seconds() / 60
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
     # Spans come a trace at a time: count traces, the independent draws.
     for table, who, what, count in (("log_lines", "component", "log lines", "count(*)"),
                                     ("spans", "pod", "traces", "count(distinct trace_id)")):
         for r in rows(con, f"""
                 with b as (select {who} as component, {count} / ? as rate from {table}
-                           where ts >= ? and ts < ? and {who} is not null group by all having {count} / ? >= ?),
+                           where ts >= ? and ts < ? and {who} is not null group by all
+                           having {count} / ? >= ? and count(distinct date_trunc('minute', ts)) >= ?),
                      d as (select distinct {who} as component from {table} where ts >= ? and ts <= ?)
                 select b.* from b anti join d using (component)
                 where exists (select 1 from {table} where ts >= ? and ts <= ?)""",
-                      [minutes, w.start - BASELINE, w.start - GAP, minutes, min_rate, w.start, w.end, w.start, w.end]):
+                      [minutes, w.start - BASELINE, w.start - GAP, minutes, min_rate, PRESENT * minutes,
+                       w.start, w.end, w.start, w.end]):
             items.append(Item(r["component"], "silence", 0.8, what,
                               f"silence: {r['component']} wrote {r['rate']:.1f} {what}/min before, none in the window",
                               "silence"))

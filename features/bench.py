@@ -1,0 +1,90 @@
+"""Benchmark of the ranking: top-1 / top-3 per fault type and overall, and digest time per case, on
+a simulated replay of a ground-truth schedule and on real labelled dumps (the Nezha days)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from etl import store
+from etl.cases import write_cases
+from etl.loader import run_etl
+
+from .cases import load_questions
+from .digest import build_digest
+
+POD = r"-[a-z0-9]{6,10}-[a-z0-9]{5}$|-\d+$"
+
+
+def names(row: dict) -> set[str]:
+    instance = row["instance"]
+    return set(instance if isinstance(instance, list) else [instance])
+
+
+def hit(component: str, truth: set[str], node_fault: bool) -> bool:
+    """A candidate names the truth: itself, its service (a pod of a true service), or a pod of it."""
+    import re
+
+    if node_fault:
+        return component in truth
+    service = re.sub(POD, "", component)
+    return component in truth or service in truth or any(re.sub(POD, "", t) == component for t in truth)
+
+
+def ranking(db: Path, input_json: Path, truth: Path) -> dict:
+    """Top-1 / top-3 overall and per fault type, and digest seconds, for every case of a store."""
+    rows = {r["uuid"]: r for r in map(json.loads, Path(truth).read_text().splitlines())}
+    con = store.connect(db, read_only=True)
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    seconds = []
+    try:
+        for q in load_questions(input_json):
+            started = time.perf_counter()
+            digest = build_digest(con, q)
+            seconds.append(time.perf_counter() - started)
+            row = rows[q.uuid]
+            found = [hit(c.component, names(row), row["instance_type"] == "node") for c in digest.candidates]
+            counts = per[row["fault_type"]]
+            counts[0] += 1
+            counts[1] += any(found[:1])
+            counts[2] += any(found[:3])
+    finally:
+        con.close()
+    n = sum(c[0] for c in per.values())
+    return {"cases": n, "top1": round(sum(c[1] for c in per.values()) / n, 3),
+            "top3": round(sum(c[2] for c in per.values()) / n, 3),
+            "digest_seconds_mean": round(sum(seconds) / n, 3), "digest_seconds_max": round(max(seconds), 3),
+            "per_type": {t: {"cases": c[0], "top1": round(c[1] / c[0], 3), "top3": round(c[2] / c[0], 3)}
+                         for t, c in sorted(per.items())}}
+
+
+def run(schedule: Path | None, real: list[Path], scale: float = 0.005, seed: int = 1,
+        progress=lambda what: None) -> dict:
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if schedule and Path(schedule).is_file():
+            progress(f"simulating {schedule.name}")
+            dump, db = tmp / "sim", tmp / "sim.duckdb"
+            subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
+                            "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+            progress("loading the simulated replay")
+            run_etl(dump, db)
+            progress("ranking the simulated replay")
+            result["simulated"] = ranking(db, dump / "input.json", dump / "groundtruth.jsonl")
+        for path in real:
+            if not Path(path).is_dir():
+                continue
+            name = Path(path).name
+            progress(f"loading {name}")
+            cases, db = tmp / f"{name}-cases", tmp / f"{name}.duckdb"
+            write_cases(path, cases)
+            run_etl(path, db)
+            progress(f"ranking {name}")
+            result[name] = ranking(db, cases / "input.json", cases / "groundtruth.jsonl")
+    return result
