@@ -47,7 +47,7 @@ def fault_type(item: Item, level: str) -> str:
         word = next((t for pattern, t in WORDS if pattern.search(item.text)), None)
         if word:
             return word
-    if item.kind == "silence" and item.key in ("log lines", "traces"):
+    if item.kind == "silence":  # what stops: a dead process, a pod that is gone
         return "pod failure"
     pair = BY_SIGNAL.get(item.signal, ("code error", "code error"))
     return pair[1] if level == "node" else pair[0]
