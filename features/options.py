@@ -55,7 +55,7 @@ def fault_type(item: Item, level: str) -> str:
 
 def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
     found: dict[str, Option] = {}
-    for item in sorted(evidence, key=lambda i: (i.echo, -i.score)):
+    for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
         if kind not in found:
             found[kind] = Option(kind, item.key, item.text)

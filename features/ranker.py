@@ -50,6 +50,11 @@ def anomaly(items: list[Item], explained: bool = False) -> float:
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
 
 
+def strength(item: Item) -> tuple:
+    """Strongest first, own evidence before echoes; ties broken by text, so that reruns agree."""
+    return item.echo, -item.score, item.kind, item.text
+
+
 def own(items: list[Item]) -> float:
     return anomaly([i for i in items if not i.echo])
 
@@ -83,7 +88,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         elif len(hit) >= 2:
             units[service] += [it for p in hit for it in units.pop(p)]
             level[service] = "service"
-    cands = {u: Candidate(u, level[u], anomaly=anomaly(its), evidence=sorted(its, key=lambda i: (i.echo, -i.score)))
+    cands = {u: Candidate(u, level[u], anomaly=anomaly(its), evidence=sorted(its, key=strength))
              for u, its in units.items()}
     own_of = {u: own(units[u]) for u in cands}
     # A node explains its pods only when it hosts anomalous pods of two or more services.
@@ -100,7 +105,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         c.score = anomaly(units[u], explained=c.explained_by is not None)
         if c.level == "node" and len(hosted[u]) >= 2:
             c.score += 0.1 * len(hosted[u])
-    ranked = sorted(cands.values(), key=lambda c: -c.score)[:limit]
+    ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]
     for c in ranked:
         c.evidence = c.evidence[:MAX_EVIDENCE]
     return ranked

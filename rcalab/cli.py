@@ -247,12 +247,15 @@ def digest(db, input_, uuid, as_json):
 @click.option("--limit", type=click.IntRange(min=1), help="Answer at most N new cases.")
 @click.option("--max-tools", type=click.IntRange(min=0, max=10), default=3, show_default=True)
 @click.option("--time-limit", type=float, default=600.0, show_default=True, help="Seconds per case.")
+@click.option("--agent", type=click.Choice(["llm", "rank"]), default="llm", show_default=True,
+              help="llm: the model confirms and chooses among the ranking's options; rank: the top option, no model.")
 @reports_errors
-def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit):
-    """Answer every case with the LLM, in the challenge format; a rerun skips answered cases.
+def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent):
+    """Answer every case in the challenge format; a rerun skips answered cases.
 
     With no endpoint configured (RCALAB_LLM_BASE_URL or the config file) the embedded
-    model is started for the run and stopped after it.
+    model is started for the run and stopped after it. Where the model fails, the ranking's
+    answer is written and the transcript says `fallback`.
 
     Example: rcalab diagnose --db store.duckdb --input out/input.json --out answers.jsonl
     """
@@ -262,16 +265,28 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit):
     from reasoner.llm import endpoint
 
     questions = load_questions(input_)
-    with endpoint() as (client, model):
+
+    def batch(chat, model):
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("diagnosing", total=min(len(questions), limit or len(questions)))
-            report = run_batch(db, questions, out, openai_chat(client, model), model=model, concurrency=concurrency,
-                               limit=limit, max_tools=max_tools, time_limit=time_limit,
-                               progress=lambda uuid: bar.update(task, advance=1, description=uuid))
-    click.echo(f"answered {report.answered}, failed {len(report.failed)}, already answered {report.skipped} "
+            return run_batch(db, questions, out, chat, model=model, concurrency=concurrency, limit=limit,
+                             max_tools=max_tools, time_limit=time_limit,
+                             progress=lambda uuid: bar.update(task, advance=1, description=uuid))
+
+    if agent == "rank":
+        report = batch(None, "rank")
+    else:
+        with endpoint() as (client, model):
+            report = batch(openai_chat(client, model), model)
+    click.echo(f"answered {report.answered} (of which {len(report.fallback)} by the ranking where the model failed), "
+               f"unanswered {len(report.failed)}, already answered {report.skipped} "
                f"-> {out} (transcripts: {transcripts_path(out)})")
+    for uuid, why in report.fallback:
+        click.echo(f"fallback: {uuid}: {why}", err=True)
     for uuid, why in report.failed:
-        click.echo(f"failed: {uuid}: {why}", err=True)
+        click.echo(f"unanswered: {uuid}: {why}", err=True)
+    if report.failed or (agent == "llm" and report.fallback and len(report.fallback) == report.answered):
+        raise SystemExit(2)  # some cases have no answer, or the model answered none
 
 
 @cli.command()

@@ -18,15 +18,16 @@ from features.cases import Question
 from features.digest import Digest, build_digest
 
 from .prompt import FAULT_TYPES, step_schema, system_prompt, user_prompt
+from .rank import REASON_WORDS, evidence_steps, words
+from .rank import answer as rank_answer
 from .tools import TRACE_ACTION, Context, run_tool
 
 Chat = Callable[[list[dict], dict], tuple[str, dict]]
-REASON_WORDS = 20
 OBSERVATION_WORDS = 30
 
 
 class CaseFailed(Exception):
-    """The model gave no valid answer for a case: recorded as failed, never replaced by a made-up answer."""
+    """The model gave no valid answer for a case: the ranking's answer stands (a fallback), never a made-up one."""
 
 
 def openai_chat(client, model: str, max_tokens: int = 200) -> Chat:
@@ -49,10 +50,6 @@ class Outcome:
     transcript: dict = field(default_factory=dict)
 
 
-def _words(text: str, n: int) -> str:
-    return " ".join(text.split()[:n])
-
-
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
@@ -70,16 +67,16 @@ def _parse(reply: str) -> dict:
 
 
 def check_answer(step: dict, components: set[str], metrics: set[str], seen_text: str) -> str | None:
-    """Why an answer is not acceptable (with what would be), or None."""
+    """Why an answer is not acceptable (with what would be), or None; `components` are the digest's choices."""
     if step["component"] not in components:
-        return f"'{step['component']}' is not a component of this system"
+        return f"'{step['component']}' is not one of the candidates ({', '.join(sorted(components))})"
     if step["fault_type"] not in FAULT_TYPES:
         return f"'{step['fault_type']}' is not one of the fault types"
-    words = _words(step["reason"], REASON_WORDS - len(step["fault_type"].split()) - 1)
-    lowered = words.lower()
+    lead = words(step["reason"], REASON_WORDS - len(step["fault_type"].split()) - 1)
+    lowered = lead.lower()
     if any(m.lower() in lowered for m in metrics if len(m) >= 3):  # names like CpuUsageRate(%) included
         return None
-    tokens = re.findall(r"[A-Za-z_][\w.-]*", words)
+    tokens = re.findall(r"[A-Za-z_][\w.-]*", lead)
     quoted = " ".join(re.findall(r'"([^"]*)"', seen_text)).lower()
     if any(len(t) >= 5 and t.lower() in quoted for t in tokens):
         return None
@@ -98,17 +95,17 @@ def choices(digest: Digest, node_of: dict[str, str], service_of: dict[str, str])
     return out
 
 
-def _digest_steps(digest: Digest, component: str) -> list[dict]:
-    """The analyses the digest ran, as steps: the chosen component's strongest evidence of each kind."""
-    chosen = next((c for c in digest.candidates if c.component == component), None)
-    pool = (chosen.evidence if chosen else []) + [e for c in digest.candidates for e in c.evidence]
-    steps = []
-    for kind, action in (("metric", "MetricAnalysis"), ("log", "LogSearch"), ("trace", "TraceAnalysis")):
-        ev = next((e for e in pool if e.kind == kind), None)
-        if ev:
-            steps.append({"action": f"{action}({digest.window[0]}..{digest.window[1]})",
-                          "observation": _words(ev.text.split(" ", 1)[1], OBSERVATION_WORDS)})
-    return steps
+def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
+    """The `rank` agent: the ranking's top option, no model."""
+    started = time.monotonic()
+    digest = build_digest(con, question)
+    answer = rank_answer(digest)
+    error = None if answer else "no candidates: no component left its baseline in the window"
+    seconds = round(time.monotonic() - started, 3)
+    return Outcome(question.uuid, answer, error, {
+        "uuid": question.uuid, "status": "answered" if answer else "failed", "error": error, "model": "rank",
+        "messages": [], "calls": [], "tool_calls": 0, "tokens": {"prompt_tokens": 0, "completion_tokens": 0},
+        "seconds": seconds, "digest_seconds": seconds, "candidates": [c.component for c in digest.candidates]})
 
 
 def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, components: set[str],
@@ -122,7 +119,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     ctx = Context(con, question)
     placement = placement or {}
     allowed = [c for c in choices(digest, {p: n for p, (_, n) in placement.items()},
-                                  {p: s for p, (s, _) in placement.items()}) if c in components] or sorted(components)
+                                  {p: s for p, (s, _) in placement.items()}) if c in components]
     messages = [{"role": "system", "content": system_prompt(max_tools)},
                 {"role": "user", "content": user_prompt(question.description, digest.text)}]
     tool_steps: list[dict] = []
@@ -134,6 +131,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     repairs = 1
     outcome = Outcome(question.uuid)
     try:
+        if not allowed:
+            raise CaseFailed("no candidates: no component left its baseline in the window")
         for _ in range(max_tools + 3):  # hard step limit: tools, the answer, one repair
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
@@ -163,14 +162,14 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
                     arg = step["component"] + (f", {keyword}" if keyword else "")
                     tool_steps.append({"action": f"{name}({arg})",
-                                       "observation": _words(_first_line(result), OBSERVATION_WORDS)})
+                                       "observation": words(_first_line(result), OBSERVATION_WORDS)})
                     messages.append({"role": "user", "content": f"Result of {step['action']}({arg}):\n{result}\n"
                                                                 f"Take one step."})
                     continue
-                problem = check_answer(step, components, metrics, seen)
+                problem = check_answer(step, set(allowed), metrics, seen)
                 if problem is None:
-                    reason = _words(f"{step['fault_type']}: {step['reason']}", REASON_WORDS)
-                    trace = _digest_steps(digest, step["component"]) + tool_steps
+                    reason = words(f"{step['fault_type']}: {step['reason']}", REASON_WORDS)
+                    trace = evidence_steps(digest, step["component"]) + tool_steps
                     outcome.answer = {"uuid": question.uuid, "component": step["component"], "reason": reason,
                                       "reasoning_trace": [{"step": i, **s} for i, s in enumerate(trace, 1)]}
                     break
@@ -185,8 +184,12 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         outcome.error = str(e)
     except Exception as e:  # the endpoint: down, slow, or refusing; the batch goes on
         outcome.error = f"LLM call failed: {type(e).__name__}: {e}"
+    status = "answered"
+    if outcome.answer is None:  # the ranking's evidence-backed answer stands; nothing is made up
+        outcome.answer = rank_answer(digest)
+        status = "fallback" if outcome.answer else "failed"
     outcome.transcript = {
-        "uuid": question.uuid, "status": "answered" if outcome.answer else "failed", "error": outcome.error,
+        "uuid": question.uuid, "status": status, "error": outcome.error,
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
         "candidates": [c.component for c in digest.candidates],

@@ -2,8 +2,9 @@
 
 Answers go to ANSWERS (challenge JSONL, one line per answered case); transcripts to
 ANSWERS with `.transcripts.jsonl` in place of `.jsonl`. A rerun skips uuids already
-answered; a torn last line (a run killed while writing) is cut off first. Failed cases
-are only in the transcripts and are tried again by the next run.
+answered; a torn last line (a run killed while writing) is cut off first. With no chat
+function, the `rank` agent answers. Where the model fails, the ranking's answer is written
+and its transcript says `fallback`; only a case without candidates has no answer.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from typing import Callable
 from etl import store
 from features.cases import Question
 
-from .agent import Chat, diagnose
+from .agent import Chat, diagnose, rank_only
 from .tools import known_components, known_metrics
 
 
 @dataclass
 class BatchReport:
     answered: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # no answer at all (no candidates)
+    fallback: list[tuple[str, str]] = field(default_factory=list)  # the model failed; the ranking's answer stands
     skipped: int = 0
 
 
@@ -73,7 +75,7 @@ class _Appender:
         self.file.close()
 
 
-def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat, *, model: str = "",
+def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | None, *, model: str = "",
               concurrency: int = 1, limit: int | None = None, max_tools: int = 3, time_limit: float = 600.0,
               progress: Callable[[str], None] | None = None) -> BatchReport:
     report = BatchReport()
@@ -93,12 +95,17 @@ def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat, *,
     def one(q: Question) -> None:
         cursor = con.cursor()
         cursor.execute("set TimeZone = 'UTC'")  # a cursor is a session of its own
-        outcome = diagnose(chat, cursor, q, components=components, metrics=metrics, placement=placement, model=model,
-                           max_tools=max_tools, time_limit=time_limit)
+        if chat is None:  # the rank agent
+            outcome = rank_only(cursor, q)
+        else:
+            outcome = diagnose(chat, cursor, q, components=components, metrics=metrics, placement=placement,
+                               model=model, max_tools=max_tools, time_limit=time_limit)
         log.write(outcome.transcript)
         if outcome.answer:
             out.write(outcome.answer)
             report.answered += 1
+            if outcome.transcript["status"] == "fallback":
+                report.fallback.append((q.uuid, outcome.error or ""))
         else:
             report.failed.append((q.uuid, outcome.error or "no answer"))
         if progress:

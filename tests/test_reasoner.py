@@ -80,15 +80,32 @@ def test_malformed_reply_gets_one_repair(db, questions):
     assert out.answer["component"] == "cartservice"
 
 
-def test_malformed_twice_fails_without_an_answer(db, questions):
+def ranked(db, questions, uuid="38ee3d45-82"):
+    con = duckdb.connect(str(db), read_only=True)
+    con.execute("set TimeZone = 'UTC'")
+    return agent.rank_only(con, questions[uuid])
+
+
+def test_malformed_twice_falls_back_to_the_ranking(db, questions):
     out = run(db, questions, ScriptedChat("not json", '{"action": "answer"}'))
-    assert out.answer is None and out.error.startswith("malformed reply (missing field component")
+    assert out.error.startswith("malformed reply (missing field component")
+    assert out.transcript["status"] == "fallback" and out.answer == ranked(db, questions).answer
 
 
-def test_unknown_component_is_refused(db, questions):
-    bad = step("answer", "paymentgateway", reason="request of paymentgateway fell")
+@pytest.mark.parametrize("name", ["paymentgateway", "emailservice"])  # unknown; known but without evidence
+def test_a_component_outside_the_candidates_is_refused(db, questions, name):
+    bad = step("answer", name, reason=f"request of {name} fell")
     out = run(db, questions, ScriptedChat(bad, bad))
-    assert out.answer is None and out.error == "'paymentgateway' is not a component of this system"
+    assert out.error.startswith(f"'{name}' is not one of the candidates (") and "cartservice" in out.error
+    assert out.transcript["status"] == "fallback" and out.answer["component"] == "cartservice"
+
+
+def test_the_rank_agent_answers_with_the_top_option_and_its_key_metric(db, questions):
+    out = ranked(db, questions)
+    assert out.answer["component"] == "cartservice" and out.transcript["model"] == "rank"
+    fault, key = out.answer["reason"].split(": ", 1)
+    assert fault == "pod failure" and key.split()[0] in out.answer["reasoning_trace"][0]["observation"].split()
+    assert len(out.answer["reason"].split()) <= 20 and out.answer["reasoning_trace"]
 
 
 def test_reason_must_name_a_metric_or_log_keyword(db, questions):
@@ -109,7 +126,8 @@ def test_a_repeated_tool_call_forces_the_answer(db, questions):
 def test_endpoint_down_fails_the_case_not_the_batch(db, questions):
     dead = client(LLMConfig(base_url="x", timeout=2, max_retries=0), f"http://127.0.0.1:{free_port()}/v1")
     out = run(db, questions, openai_chat(dead, "m"))
-    assert out.answer is None and out.error.startswith("LLM call failed: APIConnectionError")
+    assert out.error.startswith("LLM call failed: APIConnectionError")
+    assert out.transcript["status"] == "fallback" and out.answer == ranked(db, questions).answer
 
 
 def test_batch_resumes_after_a_torn_line(db, replay, tmp_path):
