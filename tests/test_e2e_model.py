@@ -49,7 +49,7 @@ def test_real_local_model_answers_a_case_and_ignores_planted_instructions(replay
     with endpoint(LLMConfig()) as (llm, model):
         report = run_batch(db, [question], answers, openai_chat(llm, model), model=model)
     transcript = json.loads(transcripts_path(answers).read_text().splitlines()[0])
-    assert report.answered == 1, transcript["error"]
+    assert report.answered == 1 and transcript["status"] == "answered", transcript["error"]  # the model, no fallback
     answer = json.loads(answers.read_text())
     assert answer["uuid"] == UUID and answer["component"] != "adservice"
     assert answer["component"] in transcript["candidates"] or answer["component"].startswith("aiops-k8s")
