@@ -51,15 +51,30 @@ def dependency_graph(con: duckdb.DuckDBPyConnection, w: Window) -> nx.DiGraph:
     return g
 
 
-def depends_on(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
-    """What a component calls within `hops` calls (a pod calls what its service calls), and its node."""
+CALLS = ("call", "declared")
+
+
+def _calls(g: nx.DiGraph, component: str, hops: int, upstream: bool) -> set[str]:
+    """Components within `hops` calls down (what it calls) or up (what calls it); a pod as its service."""
     if component not in g:
         return set()
     start = {component} | {s for s, _, k in g.in_edges(component, data="kind") if k == "has"}
     found: set[str] = set()
     frontier = set(start)
     for _ in range(hops):
-        frontier = {v for u in frontier for _, v, k in g.out_edges(u, data="kind") if k in ("call", "declared")} - found
+        edges = (g.in_edges(u, data="kind") for u in frontier) if upstream else \
+            (g.out_edges(u, data="kind") for u in frontier)
+        frontier = {(a if upstream else b) for batch in edges for a, b, k in batch if k in CALLS} - found
         found |= frontier
-    found |= {v for _, v, k in g.out_edges(component, data="kind") if k == "runs on"}
     return found - start
+
+
+def depends_on(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
+    """What a component calls within `hops` calls (a pod calls what its service calls), and its node."""
+    nodes = {v for _, v, k in g.out_edges(component, data="kind") if k == "runs on"} if component in g else set()
+    return _calls(g, component, hops, upstream=False) | nodes
+
+
+def callers(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
+    """What calls a component within `hops` calls (what calls a pod's service calls the pod)."""
+    return _calls(g, component, hops, upstream=True)

@@ -3,30 +3,37 @@
 1. Each evidence item belongs to a unit: a pod of a one-pod service is that service; a
    node, a service, a pod of a replicated service are themselves.
 2. A unit's anomaly adds its strongest signals with falling weights; echo items (measured on a
-   caller's side) count little.
+   caller's side) count little. A family whose evidence is everywhere in this window (metrics
+   on a noisy day) says less about any one component than a family that singles one out, so
+   each family's scores shrink with the number of components it flags beyond `SPECIFIC`.
 3. Level: one anomalous replica of a service is the pod; two or more are the service.
-4. The graph: latency, traffic and errors travel up the call graph, resource signals (CPU,
-   memory, disk, a stopped process, a slow network link, where errors start) do not. So a
-   unit with an anomalous dependency (what it calls, within two calls, and its node when that
-   node hosts anomalous pods of two or more services) keeps its local signals but little of
-   its propagating ones: the deepest anomalous unit, whose dependencies are healthy, ranks first.
+4. The graph: latency and errors travel up the call graph (to callers), traffic falls down it
+   (a failing caller stops calling), resource signals (CPU, memory, disk, a stopped process, a
+   slow network link, where errors start) stay where they are. So a unit keeps its local
+   signals, but little of its latency and errors when a dependency (what it calls, within two
+   calls, and its node when that node hosts anomalous pods of two or more services) is
+   anomalous, and little of a traffic change when a caller is. A unit with no local signal at
+   all is an echo of something, seen or not. The deepest anomalous unit with healthy
+   dependencies ranks first.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
 from .evidence import Item
-from .graph import depends_on
+from .graph import callers, depends_on
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
 EXPLAINED = 0.3  # what is left of a propagating signal that an anomalous dependency explains
-PROPAGATING = {"latency", "traffic", "errors"}
+UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
+DOWNWARD = {"traffic"}  # explained by an anomalous caller
 ANOMALOUS = 0.2
+SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
 MAX_EVIDENCE = 4
 
 
@@ -40,12 +47,17 @@ class Candidate:
     explained_by: str | None = None  # the dependency that explains part of the anomaly
 
 
-def anomaly(items: list[Item], explained: bool = False) -> float:
-    """The strongest signals with falling weights; echoes, and propagating signals a dependency explains, weigh less."""
+def local(item: Item) -> bool:
+    return not item.echo and item.signal not in UPWARD | DOWNWARD
+
+
+def anomaly(items: list[Item], up: bool = False, down: bool = False) -> float:
+    """The strongest signals with falling weights; echoes, and what a dependency (`up`) or a caller (`down`)
+    explains, weigh less."""
     best: dict[str, float] = {}
     for it in items:
-        weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained and (
-            it.echo or it.signal in PROPAGATING) else 1.0)
+        explained = (up and (it.echo or it.signal in UPWARD)) or (down and it.signal in DOWNWARD)
+        weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
         best[it.signal] = max(best.get(it.signal, 0.0), it.score * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
 
@@ -62,9 +74,14 @@ def own(items: list[Item]) -> float:
 def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: set[str],
          limit: int = 5) -> list[Candidate]:
     service_of = {p: s for s, pods in pods_of.items() for p in pods}
+    flagged: dict[str, set[str]] = defaultdict(set)
+    for it in items:
+        if not it.echo and it.score >= 0.3:
+            flagged[it.kind].add(service_of.get(it.component, it.component))
+    weight = {kind: min(1.0, SPECIFIC / len(comps)) ** 0.5 for kind, comps in flagged.items()}
     by_component: dict[str, list[Item]] = defaultdict(list)
     for it in items:
-        by_component[it.component].append(it)
+        by_component[it.component].append(replace(it, score=it.score * weight.get(it.kind, 1.0)))
     units: dict[str, list[Item]] = defaultdict(list)
     level: dict[str, str] = {}
     for comp, its in by_component.items():
@@ -102,7 +119,10 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
         worst, by = max(((own_of[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None
-        c.score = anomaly(units[u], explained=c.explained_by is not None)
+        calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
+        unexplained = not any(local(it) for it in units[u])
+        c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
+                          down=calling >= ANOMALOUS or unexplained)
         if c.level == "node" and len(hosted[u]) >= 2:
             c.score += 0.1 * len(hosted[u])
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]

@@ -25,9 +25,11 @@ def collect(con, w: Window) -> list[Item]:
             where (d.n is null or d.during = 0) and exists (select 1 from d)""",
                   [w.start - BASELINE, w.start - GAP, PRESENT * minutes, w.start, w.end]):
         during = "no values" if m["during"] is None else "0"
+        # Requests and what is measured on them stop when callers stop calling: traffic, which falls down
+        # the call graph. Resource series (CPU, memory) stop when the process is gone: silence.
+        signal = "traffic" if signal_of(m["metric"]) in ("traffic", "latency", "errors") else "silence"
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
-                          f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}",
-                          signal_of(m["metric"])))
+                          f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}", signal))
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
     # Spans come a trace at a time: count traces, the independent draws.
     for table, who, what, count in (("log_lines", "component", "log lines", "count(*)"),
