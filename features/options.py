@@ -49,6 +49,8 @@ def fault_type(item: Item, level: str) -> str:
             return word
     if item.kind == "silence":  # what stops: a dead process, a pod that is gone
         return "pod failure"
+    if item.fell and item.signal in ("memory", "processes"):  # a container that started afresh
+        return "pod kill"
     pair = BY_SIGNAL.get(item.signal, ("code error", "code error"))
     return pair[1] if level == "node" else pair[0]
 

@@ -47,6 +47,7 @@ class Item:
     text: str
     signal: str  # what moved: cpu, memory, latency, errors, traffic, network, disk, self time, link, silence, log
     echo: bool = False
+    fell: bool = False  # the value fell (a restarted container's memory, a dead process count)
 
 
 # What a metric measures, from its name alone (any system): the first pattern that matches.
@@ -65,8 +66,9 @@ SIGNALS = (
 ECHO = re.compile(r"client", re.I)
 
 
-# Signals whose fall is no fault (less CPU, faster answers); traffic and network may fall or rise.
-RISING = {"cpu", "memory", "disk", "errors", "latency", "processes"}
+# Signals whose fall is no fault (less CPU, faster answers); memory and processes fall when a container
+# restarts, traffic and network fall when calls stop.
+RISING = {"cpu", "disk", "errors", "latency"}
 
 
 def signal_of(metric: str) -> str:

@@ -19,5 +19,5 @@ def collect(con, w: Window) -> list[Item]:
     return [Item(c["component"], "changepoint", WEIGHT * min(c["shift"], SHIFT_FULL) / SHIFT_FULL, c["metric"],
                  f"change point {c['metric']} of {c['component']}: {fmt(c['before'])} -> {fmt(c['after'])} "
                  f"({c['shift']:.1f} sd)", signal_of(c["metric"]),
-                 bool(ECHO.search(c["metric"])) or shared(c["metric"], c["source"]))
+                 bool(ECHO.search(c["metric"])) or shared(c["metric"], c["source"]), c["after"] < c["before"])
             for c in found if faulty_direction(c["metric"], c["before"], c["after"])]

@@ -27,7 +27,8 @@ def collect(con, w: Window) -> list[Item]:
         where d.z >= ? order by d.z desc limit 400""", [w.start, w.end, w.start - BASELINE, w.start - GAP, Z_MIN])
     return [Item(m["component"], "metric", math.log(min(m["z"], Z_FULL) / Z_MIN) / math.log(Z_FULL / Z_MIN), m["metric"],
                  f"metric {m['metric']} of {m['component']}: {fmt(m['before'])} -> {fmt(m['during'])} (z {m['z']:.0f})",
-                 signal_of(m["metric"]), bool(ECHO.search(m["metric"])) or shared(m["metric"], m["source"]))
+                 signal_of(m["metric"]), bool(ECHO.search(m["metric"])) or shared(m["metric"], m["source"]),
+                 (m["during"] or 0) < (m["before"] or 0))
             for m in found if faulty_direction(m["metric"], m["before"], m["during"])]
 
 
