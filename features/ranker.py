@@ -29,7 +29,7 @@ from .graph import callers, depends_on
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
-EXPLAINED = 0.3  # what is left of a propagating signal that an anomalous dependency explains
+EXPLAINED = 0.2  # what is left of a propagating signal that an anomalous dependency explains
 UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
 ANOMALOUS = 0.2
@@ -71,6 +71,28 @@ def own(items: list[Item]) -> float:
     return anomaly([i for i in items if not i.echo])
 
 
+def fell(item: Item) -> bool:
+    return item.signal == "traffic" and (item.fell or item.kind == "silence") and not item.echo
+
+
+def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str, Item]]:
+    """A caller that still serves but whose callees lost their traffic stopped calling them (an exception
+    or a wrong return before the call): the callees' falls are evidence for the caller."""
+    found = []
+    for caller in {a for a, _, k in g.edges(data="kind") if k in ("call", "declared")}:
+        if any(fell(it) for it in units.get(caller, [])):
+            continue  # its own traffic fell too: its callers stopped calling it, or it is gone
+        callees = [b for _, b, k in g.out_edges(caller, data="kind") if k in ("call", "declared")]
+        falls = [(max(it.score for it in units[b] if fell(it)), b) for b in callees
+                 if any(fell(it) for it in units.get(b, []))]
+        if falls:
+            score = max(s for s, _ in falls) * len(falls) / len(callees)
+            names = ", ".join(sorted(b for _, b in falls))
+            found.append((caller, Item(caller, "trace", score, "missing calls",
+                                       f"calls from {caller} went missing: traffic of {names} fell", "missing calls")))
+    return found
+
+
 def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: set[str],
          limit: int = 5) -> list[Candidate]:
     service_of = {p: s for s, pods in pods_of.items() for p in pods}
@@ -105,6 +127,9 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         elif len(hit) >= 2:
             units[service] += [it for p in hit for it in units.pop(p)]
             level[service] = "service"
+    for u, item in missing_calls(units, g):
+        units[u].append(item)
+        level.setdefault(u, "pod" if u in service_of else "node" if u in nodes else "service")
     cands = {u: Candidate(u, level[u], anomaly=anomaly(its), evidence=sorted(its, key=strength))
              for u, its in units.items()}
     own_of = {u: own(units[u]) for u in cands}

@@ -25,9 +25,11 @@ def collect(con, w: Window) -> list[Item]:
             where (d.n is null or d.during = 0) and exists (select 1 from d)""",
                   [w.start - BASELINE, w.start - GAP, PRESENT * minutes, w.start, w.end]):
         during = "no values" if m["during"] is None else "0"
-        # Requests and what is measured on them stop when callers stop calling: traffic, which falls down
-        # the call graph. Resource series (CPU, memory) stop when the process is gone: silence.
-        signal = "traffic" if signal_of(m["metric"]) in ("traffic", "latency", "errors") else "silence"
+        # A series that stops reporting, or a live process's memory, process count or up flag at 0, says the
+        # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come
+        # says nobody calls: traffic, which falls down the call graph from a failing caller.
+        gone = m["during"] is None or signal_of(m["metric"]) in ("memory", "processes", "up")
+        signal = "silence" if gone else "traffic"
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
                           f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}", signal))
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
