@@ -20,7 +20,7 @@ demo: setup
 	$(BIN)/rcalab simulate $(DEMO)/dump --schedule data/demo-schedule.jsonl --scale 0.05 --seed 7
 	$(BIN)/rcalab etl $(DEMO)/dump --db $(DEMO)/store.duckdb
 	$(BIN)/rcalab diagnose --agent rank --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/rank.jsonl
-	$(BIN)/rcalab diagnose --agent llm --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/llm.jsonl
+	-$(BIN)/rcalab diagnose --agent llm --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/llm.jsonl
 	$(BIN)/rcalab judge --truth $(DEMO)/dump/groundtruth.jsonl --answers $(DEMO)/rank.jsonl --answers $(DEMO)/llm.jsonl \
 		--report $(DEMO)/report
 

@@ -35,6 +35,7 @@ class Report:
     loaded: list[str] = field(default_factory=list)
     unchanged: int = 0
     skipped: int = 0
+    removed: int = 0  # files gone from the dump since the last run: their rows were dropped
     failed: list[tuple[str, str]] = field(default_factory=list)
     rows: int = 0
     feature_rows: dict[str, int] = field(default_factory=dict)
@@ -48,7 +49,7 @@ class Report:
 
 def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None) -> Report:
     """Load `dump` into the store `db` incrementally; see the module docstring."""
-    dump = Path(dump)
+    dump = Path(dump).resolve()  # a file is known by its real path, however the dump was named
     adapter = adapter_for(dump, fmt)
     with store.exclusive(db):
         con = store.connect(db)
@@ -62,6 +63,11 @@ def _run(con, adapter, dump: Path, progress) -> Report:
     report = Report(adapter.NAME)
     files = adapter.discover(dump)
     known = {row[0]: row[1:] for row in con.execute("select path, bytes, mtime, status, file_id from manifest").fetchall()}
+    present = {str(f.path) for f in files}
+    for path, (_, _, status, fid) in known.items():
+        if status == "loaded" and path.startswith(f"{dump}/") and path not in present:
+            _drop(con, fid, path)
+            report.removed += 1
     todo = []
     for file in files:
         stat = file.path.stat()
@@ -82,7 +88,11 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         except (duckdb.Error, ValueError, LoadError) as e:
             _rollback(con)
             reason = str(e).splitlines()[0]
-            _record(con, file, _file_id(con, prev), 0, "failed", reason)
+            fid = _file_id(con, prev)
+            kept = con.execute(f"select count(*) from {TABLES[file.kind]} where file_id = ?", [fid]).fetchall()[0][0]
+            if kept:  # a failed reload: the previous load's rows stay, and the manifest says so
+                reason += f"; the {kept} rows of its previous load are kept"
+            _record(con, file, fid, kept, "failed", reason)
             report.failed.append((str(file.path), reason))
             log.warning("%s: %s", file.path, reason)
             continue
@@ -92,15 +102,40 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         report.seconds_by_kind[file.kind] = report.seconds_by_kind.get(file.kind, 0.0) + time.perf_counter() - started
     if progress:
         progress(len(todo), "features")
+    con.execute("delete from dirty_days where day not between ? and ?", [FIRST_DAY, last_day()])  # none can load
     days = [row[0] for row in con.execute("select day from dirty_days order by day").fetchall()]
     started = time.perf_counter()
     for day in days:
-        for table, rows in refresh_features(con, day).items():
+        try:
+            refreshed = refresh_features(con, day)
+        except (duckdb.Error, ValueError) as e:  # the day stays dirty and is tried again next run
+            report.failed.append((f"features of {day}", str(e).splitlines()[0]))
+            log.warning("features of %s: %s", day, e)
+            continue
+        for table, rows in refreshed.items():
             report.feature_rows[table] = report.feature_rows.get(table, 0) + rows
         con.execute("delete from dirty_days where day = ?", [day])
     if days:
         report.seconds_by_kind["features"] = time.perf_counter() - started
     return report
+
+
+def last_day() -> dt.date:
+    return dt.date.today() + dt.timedelta(days=366)
+
+
+def _drop(con, fid: int, path: str) -> None:
+    """A file gone from the dump: its rows go too (their days are refreshed), the manifest says why."""
+    kind = con.execute("select kind from manifest where file_id = ?", [fid]).fetchall()[0][0]
+    table = TABLES[kind]
+    con.execute("begin")
+    if kind in PLACEMENT_SOURCES:
+        con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+    con.execute(f"delete from {table} where file_id = ?", [fid])
+    con.execute("update manifest set status = 'removed', rows = 0, error = ?, loaded_at = current_timestamp::timestamp "
+                "where file_id = ?", ["the file is gone from the dump; its rows were dropped", fid])
+    con.execute("commit")
+    log.info("%s: gone from the dump, rows dropped", path)
 
 
 def _rollback(con) -> None:
@@ -130,6 +165,8 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     select, params = query.sql, query.params
     fid = _file_id(con, prev)
     con.execute("begin")
+    if file.kind in PLACEMENT_SOURCES:  # the days of the rows it replaces are refreshed too
+        con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
     con.execute(f"delete from {table} where file_id = ?", [fid])
     if file.kind == "log":  # lines repeat: each distinct text is masked once
         con.execute(f"create or replace temp table staged as {select}", params)
@@ -144,9 +181,14 @@ def _load(con, adapter, file: InputFile, prev) -> int:
         con.execute(f"insert into {table} select *, {fid} from ({select})", params)
     rows = con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchall()[0][0]
     if file.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
-        (untimed,), = con.execute(f"select count(*) - count(ts) from {table} where file_id = ?", [fid]).fetchall()
+        (untimed, outside, example), = con.execute(
+            f"""select count(*) - count(ts), count(*) filter (where ts::date not between ? and ?),
+                       min(ts::text) filter (where ts::date not between ? and ?)
+                from {table} where file_id = ?""", [FIRST_DAY, last_day(), FIRST_DAY, last_day(), fid]).fetchall()
         if untimed:
             raise ValueError(f"{untimed} rows without a time")
+        if outside:
+            raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
         con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
         _update_placement(con, file.kind, fid)
     _record(con, file, fid, rows, "loaded", "")
@@ -154,6 +196,7 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     return rows
 
 
+FIRST_DAY = dt.date(2000, 1, 1)  # a time before it, or over a year ahead, is a broken clock or a bad parse
 PLACEMENT_SOURCES = {
     "metric": "select component as pod, service, node, ts, file_id from metric_points where component_kind = 'pod'",
     "log": "select component as pod, service, node, ts, file_id from log_lines",

@@ -79,10 +79,13 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     try:
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as e:
-        raise StoreError(f"cannot open store {path}: {e}") from None
+        raise StoreError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
     con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
     if not read_only:
         migrate(con)
+    elif not con.execute("select 1 from information_schema.tables where table_name = 'schema_version'").fetchall():
+        con.close()
+        raise StoreError(f"{path} is a DuckDB file but not an rcalab store; build one with 'rcalab etl DUMP --db {path}'")
     return con
 
 
@@ -99,15 +102,18 @@ def migrate(con: duckdb.DuckDBPyConnection) -> None:
 
 
 @contextmanager
-def exclusive(path: Path | str):
-    """Hold the store's ETL lock; a second ETL on the same store fails at once with a clear message."""
+def exclusive(path: Path | str, what: str = "ETL"):
+    """Hold the lock of a file being written (a store, an answers file); a second writer fails at once."""
     lock_path = Path(str(path) + ".lock")
-    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR)
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR)
+    except OSError as e:
+        raise StoreError(f"cannot write beside {path}: {e.strerror} ({lock_path})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StoreError(f"another ETL is writing {path} (lock {lock_path}); try again when it ends") from None
+            raise StoreError(f"another {what} is writing {path} (lock {lock_path}); try again when it ends") from None
         yield
     finally:
         os.close(fd)

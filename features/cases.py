@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rcalab.errors import RcalabError
+from rcalab.errors import RcalabError, read_json
 
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z")
 
@@ -27,26 +27,28 @@ def parse_window(description: str) -> tuple[dt.datetime, dt.datetime]:
     if len(stamps) != 2:
         raise ValueError(f"expected two UTC timestamps, found {len(stamps)}")
     start, end = (dt.datetime.fromisoformat(s.replace("Z", "")) for s in stamps)
-    if end <= start:
+    if end < start:
         raise ValueError("the window ends before it starts")
+    if end == start:
+        raise ValueError("the window is empty (it starts and ends at the same time)")
     return start, end
 
 
 def load_questions(path: Path) -> list[Question]:
     """The questions of an input file; errors name the file and the entry."""
-    try:
-        items = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise RcalabError(f"cannot read {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise RcalabError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    items = read_json(path)
+    if not isinstance(items, list):
+        raise RcalabError(f"{path}: expected a JSON list of cases, found a {type(items).__name__}")
     questions = []
     for i, item in enumerate(items):
         try:
             start, end = parse_window(item["Anomaly Description"])
             questions.append(Question(item["uuid"], start, end, item["Anomaly Description"]))
-        except (KeyError, TypeError) as e:
+        except KeyError as e:
             raise RcalabError(f"{path}: entry {i}: missing field {e}") from None
+        except TypeError:
+            raise RcalabError(f"{path}: entry {i}: expected an object with 'uuid' and 'Anomaly Description' "
+                              "text fields") from None
         except ValueError as e:
             raise RcalabError(f"{path}: entry {i} ({item.get('uuid', '?')}): {e}") from None
     return questions

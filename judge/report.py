@@ -10,9 +10,10 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from rcalab.errors import read_text
 from reasoner.batch import transcripts_path
 
-from .scoring import Score, read_jsonl, score
+from .scoring import TRUTH_FIELDS, Score, read_jsonl, score
 
 # Published for Nezha on the same Train Ticket system (FSE 2023).
 NEZHA_PAPER = {"AS@1": 0.8667, "AS@3": 0.9778}
@@ -52,7 +53,7 @@ def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> d
     if not path.exists():
         return None
     rows = []
-    for line in path.read_text().splitlines():
+    for line in read_text(path).splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
@@ -152,7 +153,7 @@ def write_report(folder: Path, results: dict[str, dict]) -> Path:
 def evaluate(truth: Path, answers: Path, rules: str = "official") -> dict:
     """Score, breakdowns, misses, input problems and transcript figures of one answer file."""
     s = score(truth, answers, rules)
-    rows = [row for _, row in read_jsonl(truth, ("uuid", "instance", "key_metrics"), []).values()]
+    rows = [row for _, row in read_jsonl(truth, TRUTH_FIELDS, []).values()]
     services = {r["uuid"]: [service_of(i) for i in (r["instance"] if isinstance(r["instance"], list)
                                                      else [r["instance"]])] for r in rows}
     figures = transcript_figures(answers, services)

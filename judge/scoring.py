@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rcalab.errors import RcalabError
+from rcalab.errors import RcalabError, read_text
 
 WORDS = 20
 WEIGHTS = {"LA": 0.40, "TA": 0.40, "efficiency": 0.10, "explainability": 0.10}
@@ -108,12 +108,14 @@ class Score:
                 "answered": sum(c.answered for c in self.cases), "problems": len(self.problems)}
 
 
-def read_jsonl(path: Path, required: tuple[str, ...], problems: list[str]) -> dict[str, tuple[int, dict]]:
-    """Rows by uuid (the first of duplicates), noting malformed lines and missing fields with line numbers."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise RcalabError(f"cannot read {path}: {e.strerror}") from None
+TRUTH_FIELDS = {"uuid": str, "instance": (str, list), "key_metrics": list}
+ANSWER_FIELDS = {"uuid": str, "component": str, "reason": str, "reasoning_trace": list}
+
+
+def read_jsonl(path: Path, required: dict[str, type | tuple], problems: list[str]) -> dict[str, tuple[int, dict]]:
+    """Rows by uuid (the first of duplicates), noting malformed lines, missing fields and fields of the wrong
+    type with line numbers."""
+    lines = read_text(path).splitlines()
     rows: dict[str, tuple[int, dict]] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -129,6 +131,10 @@ def read_jsonl(path: Path, required: tuple[str, ...], problems: list[str]) -> di
         missing = [k for k in required if k not in row]
         if missing:
             problems.append(f"{path}:{lineno}: missing field {', '.join(missing)}")
+            continue
+        wrong = [k for k, kind in required.items() if not isinstance(row[k], kind)]
+        if wrong:
+            problems.append(f"{path}:{lineno}: field {', '.join(wrong)} of the wrong type")
             continue
         if row["uuid"] in rows:
             problems.append(f"{path}:{lineno}: duplicate uuid {row['uuid']} (line {rows[row['uuid']][0]} counts)")
@@ -155,8 +161,8 @@ def score(truth_path: Path, answers_path: Path, rules: str = "official",
         raise RcalabError(f"unknown rule set '{rules}' (known: {', '.join(RULE_SETS)})")
     rule = RULE_SETS[rules]
     problems: list[str] = []
-    truth = read_jsonl(truth_path, ("uuid", "instance", "key_metrics"), problems)
-    answers = read_jsonl(answers_path, ("uuid", "component", "reason", "reasoning_trace"), problems)
+    truth = read_jsonl(truth_path, TRUTH_FIELDS, problems)
+    answers = read_jsonl(answers_path, ANSWER_FIELDS, problems)
     for uuid, (lineno, _) in answers.items():
         if uuid not in truth:
             problems.append(f"{answers_path}:{lineno}: unknown uuid {uuid}")

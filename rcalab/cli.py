@@ -25,6 +25,10 @@ def reports_errors(command):
             return command(*args, **kwargs)
         except RcalabError as e:
             raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            click.echo("Interrupted: what was done is kept (each file and each answer is whole); "
+                       "run the same command again to go on.", err=True)
+            raise SystemExit(130) from None
 
     return wrapper
 
@@ -165,7 +169,8 @@ def etl(dump, db, fmt):
         task = bar.add_task("loading", total=None)
         report = run_etl(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=what))
     click.echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
-               f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed -> {db}")
+               f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed, "
+               f"{report.removed} gone from the dump (rows dropped) -> {db}")
     if report.feature_rows:
         click.echo("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()))
     for path, reason in report.failed:
@@ -255,7 +260,8 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent):
 
     With no endpoint configured (RCALAB_LLM_BASE_URL or the config file) the embedded
     model is started for the run and stopped after it. Where the model fails, the ranking's
-    answer is written and the transcript says `fallback`.
+    answer is written and the transcript says `fallback`. Exit status 2 when a case has no
+    answer or fell back.
 
     Example: rcalab diagnose --db store.duckdb --input out/input.json --out answers.jsonl
     """
@@ -285,8 +291,8 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent):
         click.echo(f"fallback: {uuid}: {why}", err=True)
     for uuid, why in report.failed:
         click.echo(f"unanswered: {uuid}: {why}", err=True)
-    if report.failed or (agent == "llm" and report.fallback and len(report.fallback) == report.answered):
-        raise SystemExit(2)  # some cases have no answer, or the model answered none
+    if report.failed or report.fallback:
+        raise SystemExit(2)  # some cases have no answer, or the ranking's answer stands where the model failed
 
 
 @cli.command()

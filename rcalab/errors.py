@@ -1,4 +1,8 @@
-"""Every error rcalab raises on purpose. Each message names the file, row or field at fault."""
+"""Every error rcalab raises on purpose. Each message names the file, row or field at fault; the
+readers of text files here turn an unreadable file into such an error."""
+
+import json
+from pathlib import Path
 
 
 class RcalabError(Exception):
@@ -27,3 +31,20 @@ class LoadError(RcalabError):
 
 class LLMError(RcalabError):
     """The language model cannot be reached, started or understood."""
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 text file; errors name the file."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise RcalabError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise RcalabError(f"{path}: not UTF-8 text (byte {e.start})") from None
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise RcalabError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None

