@@ -38,11 +38,11 @@ def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
     df = frame(con, """
         select ts, source, component, service, metric, avg(value) as value from metric_points
         where ts >= ?::timestamp - interval 60 minutes and ts < ? group by all""", [lo, hi])
+    con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
     if df.is_empty():
         return 0
     out = robust_z(df, ["source", "component", "metric"], "value", "ts").filter(pl.col("ts") >= lo)
     out = out.select("ts", "source", "component", "service", "metric", "value", "baseline", "z")
-    con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
     con.execute("insert into metric_anomaly select * from out")
     return out.height
 
@@ -54,6 +54,7 @@ def refresh_edge_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
                sum(errors) / sum(calls) as error_rate
         from trace_edge_minute where minute >= ?::timestamp - interval 60 minutes and minute < ?
         group by all""", [lo, hi])
+    con.execute("delete from trace_edge_anomaly where minute >= ? and minute < ?", [lo, hi])
     if df.is_empty():
         return 0
     keys = ["caller", "callee"]
@@ -62,6 +63,5 @@ def refresh_edge_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
                            .shift(1).over(keys).fill_null(0.0)).filter(pl.col("minute") >= lo)
     out = out.select("minute", "caller", "callee", "calls", "errors", "p95_us", "baseline_p95_us", "latency_z",
                      "error_rate", "baseline_error_rate")
-    con.execute("delete from trace_edge_anomaly where minute >= ? and minute < ?", [lo, hi])
     con.execute("insert into trace_edge_anomaly select * from out")
     return out.height

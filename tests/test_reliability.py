@@ -1,0 +1,287 @@
+"""Untrusted dumps and flaky endpoints: path spellings, odd files and times, stale rows, bounded waits,
+exit status, one diagnose run per answers file, and one-line errors for bad input."""
+
+import datetime as dt
+import json
+import re
+import shutil
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from conftest import SHARED
+from etl import store
+from etl.loader import run_etl
+from features.cases import load_questions
+from rcalab.cli import cli
+from rcalab.errors import RcalabError, StoreError
+from reasoner.agent import openai_chat
+from reasoner.batch import run_batch, transcripts_path
+from reasoner.llm import LLMConfig, client
+
+DAY = "2025-06-06"
+
+
+def count(db, sql, params=()):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, list(params)).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def infra_file(root, name, times, pod="cartservice-0", value_column="pod_cpu_usage", pod_column="pod"):
+    folder = root / DAY / "metric-parquet" / "infra" / "infra_pod"
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"time": times, pod_column: [pod] * len(times), "instance": ["aiops-k8s-01"] * len(times),
+                      value_column: [1.0] * len(times)})
+    pq.write_table(table, folder / name)
+    return folder / name
+
+
+def minutes(start, n):
+    return [(start + dt.timedelta(minutes=m)).replace(tzinfo=dt.timezone.utc).isoformat() for m in range(n)]
+
+
+# --- the ETL ---------------------------------------------------------------------------------------------
+
+def test_a_dump_named_two_ways_loads_once(replay, tmp_path, monkeypatch):
+    dump = tmp_path / "dump"
+    shutil.copytree(replay, dump)
+    db = tmp_path / "store.duckdb"
+    monkeypatch.chdir(tmp_path)
+    first = run_etl("dump", db)
+    again = run_etl(dump.resolve(), db)
+    assert first.rows > 0 and not again.loaded and not again.failed and again.unchanged > 0
+    assert count(db, "select count(*) from spans") == first.rows_by_kind["trace"]
+
+
+@pytest.mark.parametrize("when", [dt.datetime(9999, 12, 31), dt.datetime(1970, 1, 1)])
+def test_times_from_a_broken_clock_fail_the_file_not_the_store(tmp_path, when):
+    dump, db = tmp_path / "dump", tmp_path / "store.duckdb"
+    good = dt.datetime(2025, 6, 6, 1, 0)
+    infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(good, 5))
+    bad = infra_file(dump, f"infra_pod_pod_memory_working_set_bytes_{DAY}.parquet", minutes(good, 4) + minutes(when, 1),
+                     value_column="pod_memory_working_set_bytes")
+    report = run_etl(dump, db)
+    assert [p for p, _ in report.failed] == [str(bad)] and "rows with times outside" in report.failed[0][1]
+    assert count(db, "select count(*) from metric_points") == 5
+    assert count(db, "select count(*) from dirty_days") == 0
+    infra_file(dump, bad.name, minutes(good, 5), value_column="pod_memory_working_set_bytes")  # fixed
+    assert not run_etl(dump, db).failed and count(db, "select count(*) from metric_points") == 10
+
+
+def test_odd_metric_files_are_recorded_and_the_rest_loads(tmp_path):
+    dump, db = tmp_path / "dump", tmp_path / "store.duckdb"
+    start = dt.datetime(2025, 6, 6, 1, 0)
+    infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(start, 5))
+    renamed = infra_file(dump, f"infra_pod_pod_memory_working_set_bytes_{DAY}.parquet", minutes(start, 5),
+                         value_column="pod_memory_working_set_bytes", pod_column="podname")
+    stray = infra_file(dump, f"something_else_{DAY}.parquet", minutes(start, 5))
+    result = CliRunner().invoke(cli, ["etl", str(dump), "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    failed = dict(duckdb.connect(str(db), read_only=True).execute(
+        "select path, error from manifest where status = 'failed'").fetchall())
+    assert set(failed) == {str(renamed), str(stray)} and "not an apm or infra metric file" in failed[str(stray)]
+    assert count(db, "select count(*) from metric_points") == 5
+
+
+def test_a_nezha_call_graph_is_read_and_per_call_latency_skipped_with_a_reason(tmp_path):
+    day = tmp_path / "dump" / "2022-08-22"
+    (day / "metric").mkdir(parents=True)
+    source = SHARED / "nezha-onlineboutique" / "rca_data" / "2022-08-22" / "metric"
+    for name in ("dependency.csv", "source_50.csv", "frontend-579b9bff58-t2dbm_metric.csv"):
+        shutil.copy(source / name, day / "metric" / name)
+    db = tmp_path / "store.duckdb"
+    report = run_etl(tmp_path / "dump", db, "nezha")
+    assert not report.failed
+    assert count(db, "select count(*) from declared_calls where caller = 'frontend' and callee = 'checkoutservice'") == 1
+    assert count(db, "select count(*) from manifest where status = 'skipped' and path like '%source_50.csv'") == 1
+
+
+def test_reloads_and_deletions_leave_no_stale_rows(tmp_path):
+    dump, db = tmp_path / "dump", tmp_path / "store.duckdb"
+    monday, tuesday = dt.datetime(2025, 6, 6, 1, 0), dt.datetime(2025, 6, 7, 1, 0)
+    moving = infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(monday, 40))
+    gone = infra_file(dump, f"infra_pod_pod_memory_working_set_bytes_{DAY}.parquet", minutes(monday, 40),
+                      value_column="pod_memory_working_set_bytes")
+    run_etl(dump, db)
+    assert count(db, "select count(*) from metric_anomaly where ts::date = '2025-06-06'") == 80
+    infra_file(dump, moving.name, minutes(tuesday, 40))  # its rows move to another day
+    gone.unlink()
+    report = run_etl(dump, db)
+    assert report.removed == 1
+    assert count(db, "select count(*) from metric_anomaly where ts::date = '2025-06-06'") == 0
+    assert count(db, "select count(*) from metric_anomaly where ts::date = '2025-06-07'") == 40
+    assert count(db, "select count(*) from metric_points where metric = 'pod_memory_working_set_bytes'") == 0
+    assert count(db, "select status from manifest where path = ?", [str(gone)]) == "removed"
+
+
+def test_a_failed_reload_keeps_its_old_rows_and_says_so(tmp_path):
+    dump, db = tmp_path / "dump", tmp_path / "store.duckdb"
+    path = infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(dt.datetime(2025, 6, 6, 1, 0), 5))
+    run_etl(dump, db)
+    path.write_bytes(b"PAR1 not parquet any more")
+    run_etl(dump, db)
+    con = duckdb.connect(str(db), read_only=True)
+    rows, status, error = con.execute("select rows, status, error from manifest where path = ?", [str(path)]).fetchall()[0]
+    assert (rows, status) == (5, "failed") and "the 5 rows of its previous load are kept" in error
+    assert con.execute("select count(*) from metric_points").fetchall()[0][0] == 5
+
+
+def test_store_paths_that_cannot_be_written_or_read_give_one_line(tmp_path):
+    runner = CliRunner()
+    missing = runner.invoke(cli, ["etl", str(tmp_path), "--db", str(tmp_path / "no" / "such" / "store.duckdb"),
+                                  "--format", "nezha"])
+    assert missing.exit_code == 1 and missing.output.startswith("Error: cannot write beside")
+    plain = tmp_path / "plain.duckdb"
+    duckdb.connect(str(plain)).execute("create table t (x int)").close()
+    (tmp_path / "input.json").write_text(json.dumps([{"uuid": "u", "Anomaly Description":
+                                                      "from 2025-06-06T00:00:00Z to 2025-06-06T00:10:00Z"}]))
+    result = runner.invoke(cli, ["digest", "--db", str(plain), "--input", str(tmp_path / "input.json"), "--uuid", "u"])
+    assert result.exit_code == 1 and "is a DuckDB file but not an rcalab store" in result.output
+    assert result.output.count("\n") == 1
+
+
+# --- questions and the judge ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe[{]", "not UTF-8 text (byte 0)"),
+    (b'{"uuid": "u"}', "expected a JSON list of cases, found a dict"),
+    (b'["text"]', "entry 0: expected an object"),
+    (b'[{"uuid": "u", "Anomaly Description": "from 2025-06-06T00:00:00Z to 2025-06-06T00:00:00Z"}]',
+     "the window is empty"),
+])
+def test_bad_questions_are_one_line(tmp_path, content, message):
+    path = tmp_path / "input.json"
+    path.write_bytes(content)
+    with pytest.raises(RcalabError, match=re.escape(message)):
+        load_questions(path)
+
+
+def test_the_judge_names_bad_lines_and_bad_files(tmp_path):
+    truth = tmp_path / "truth.jsonl"
+    truth.write_text(json.dumps({"uuid": "u", "instance": "cartservice", "key_metrics": ["rrt"]}) + "\n")
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"uuid": "u", "component": 5, "reason": "rrt", "reasoning_trace": []}) + "\n")
+    result = CliRunner().invoke(cli, ["judge", "--truth", str(truth), "--answers", str(answers)])
+    assert result.exit_code == 0 and f"{answers}:1: field component of the wrong type" in result.output
+    answers.write_bytes(b"\xff\n")
+    result = CliRunner().invoke(cli, ["judge", "--truth", str(truth), "--answers", str(answers)])
+    assert result.exit_code == 1 and "not UTF-8 text" in result.output and "Traceback" not in result.output
+
+
+# --- endpoints, time limits, exit status, concurrent runs -------------------------------------------------
+
+class FakeEndpoint:
+    """An OpenAI-compatible endpoint on 127.0.0.1 that answers, hangs or fails."""
+
+    def __init__(self, mode, content=""):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                fake.requests += 1
+                if mode == "hang":
+                    time.sleep(30)
+                if mode == "fail":
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": content}}],
+                                   "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.requests = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def case(replay, replay_store):
+    questions = {q.uuid: q for q in load_questions(replay / "input.json")}
+    return replay_store[0], questions["38ee3d45-82"]  # pod failure of cartservice
+
+
+def chat_for(fake, timeout=120.0, retries=2):
+    return openai_chat(client(LLMConfig(base_url=fake.url, timeout=timeout, max_retries=retries), fake.url), "fake")
+
+
+def test_any_openai_compatible_endpoint_answers_over_http(case, tmp_path):
+    db, question = case
+    reply = {"action": "answer", "component": "cartservice", "keyword": "", "fault_type": "pod failure",
+             "reason": "request of cartservice fell to 0"}
+    fake = FakeEndpoint("answer", json.dumps(reply))
+    try:
+        report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake), model="fake")
+    finally:
+        fake.close()
+    transcript = json.loads(transcripts_path(tmp_path / "a.jsonl").read_text())
+    assert report.answered == 1 and not report.fallback and transcript["status"] == "answered"
+    assert transcript["tokens"] == {"prompt_tokens": 100, "completion_tokens": 20} and fake.requests == 1
+
+
+@pytest.mark.parametrize("mode", ["hang", "fail"])
+def test_a_hung_or_failing_endpoint_costs_the_time_limit_and_the_ranking_answers(case, tmp_path, mode):
+    db, question = case
+    fake = FakeEndpoint(mode)
+    started = time.monotonic()
+    try:
+        report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake), model="fake", time_limit=4)
+    finally:
+        fake.close()
+    assert time.monotonic() - started < 12  # the limit, its retries' back-off and the digest
+    assert report.answered == 1 and [u for u, _ in report.fallback] == [question.uuid]
+    assert json.loads((tmp_path / "a.jsonl").read_text())["component"] == "cartservice"
+
+
+def test_diagnose_exit_status_says_when_the_model_failed(case, replay, tmp_path, monkeypatch):
+    db, question = case
+    fake = FakeEndpoint("fail")
+    monkeypatch.setenv("RCALAB_LLM_BASE_URL", fake.url)
+    monkeypatch.setenv("RCALAB_LLM_RETRIES", "0")
+    try:
+        result = CliRunner().invoke(cli, ["diagnose", "--db", str(db), "--input", str(replay / "input.json"),
+                                          "--out", str(tmp_path / "a.jsonl"), "--limit", "2"])
+    finally:
+        fake.close()
+    assert result.exit_code == 2 and "fallback:" in result.output
+
+
+def test_two_diagnose_runs_on_one_answers_file_are_refused(case, tmp_path):
+    db, question = case
+    answers = tmp_path / "a.jsonl"
+    with store.exclusive(answers, "diagnose run"):
+        with pytest.raises(StoreError, match="another diagnose run is writing"):
+            run_batch(db, [question], answers, None)
+    assert run_batch(db, [question], answers, None).answered == 1
+
+
+def test_a_torn_transcripts_line_is_cut_on_resume(case, tmp_path):
+    db, question = case
+    answers = tmp_path / "a.jsonl"
+    transcripts_path(answers).write_text('{"uuid": "torn')
+    run_batch(db, [question], answers, None)
+    lines = transcripts_path(answers).read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["uuid"] == question.uuid
