@@ -63,28 +63,32 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
                          for t, c in sorted(per.items())}}
 
 
-def run(schedule: Path | None, real: list[Path], scale: float = 0.005, seed: int = 1,
-        progress=lambda what: None) -> dict:
-    result = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        if schedule and Path(schedule).is_file():
-            progress(f"simulating {schedule.name}")
-            dump, db = tmp / "sim", tmp / "sim.duckdb"
-            subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
-                            "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
-            progress("loading the simulated replay")
-            run_etl(dump, db)
-            progress("ranking the simulated replay")
-            result["simulated"] = ranking(db, dump / "input.json", dump / "groundtruth.jsonl")
-        for path in real:
-            if not Path(path).is_dir():
-                continue
+def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: float = 0.005, seed: int = 1,
+                    progress=lambda what: None):
+    """(name, store, input.json, groundtruth.jsonl) for a simulated replay of `schedule` and each real dump."""
+    if schedule and Path(schedule).is_file():
+        progress(f"simulating {Path(schedule).name}")
+        dump, db = tmp / "simulated", tmp / "simulated.duckdb"
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
+                        "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        progress("loading the simulated replay")
+        run_etl(dump, db)
+        yield "simulated", db, dump / "input.json", dump / "groundtruth.jsonl"
+    for path in real:
+        if Path(path).is_dir():
             name = Path(path).name
             progress(f"loading {name}")
             cases, db = tmp / f"{name}-cases", tmp / f"{name}.duckdb"
             write_cases(path, cases)
             run_etl(path, db)
+            yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
+
+
+def run(schedule: Path | None, real: list[Path], scale: float = 0.005, seed: int = 1,
+        progress=lambda what: None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = {}
+        for name, db, input_json, truth in labelled_stores(Path(tmp), schedule, real, scale, seed, progress):
             progress(f"ranking {name}")
-            result[name] = ranking(db, cases / "input.json", cases / "groundtruth.jsonl")
-    return result
+            result[name] = ranking(db, input_json, truth)
+        return result

@@ -85,21 +85,22 @@ def simulate(out, schedule, cases, limit, scale, seed):
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="Volume of simulated traces and logs (default: 1.0, a real day; rank: 0.005).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
-              show_default=True, help="etl, diagnose: also measure the real Train Ticket day found here.")
-@click.option("--sample", type=click.IntRange(min=1), default=6, show_default=True,
-              help="diagnose: cases the model answers (one per fault type in turn).")
+              show_default=True, help="etl: also measure the real Train Ticket day found here.")
+@click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
+              help="diagnose: cases of each fault type that both agents answer.")
 @click.option("--schedule", type=click.Path(path_type=Path, dir_okay=False),
               default=Path("../shared/challenge2025/groundtruth-phaseone.jsonl"), show_default=True,
-              help="rank: the ground truth whose cases to replay in the simulator.")
+              help="rank, diagnose: the ground truth whose cases to replay in the simulator.")
 @click.option("--real", type=click.Path(path_type=Path, file_okay=False), multiple=True,
               default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique")],
-              show_default=True, help="rank: labelled real dumps (Nezha layout) to rank too.")
+              show_default=True, help="rank, diagnose: labelled real dumps (Nezha layout) to measure too.")
 @reports_errors
 def bench(what, out, scale, nezha, sample, schedule, real):
     """Measure a stage; print a table and save it as OUT/WHAT.json.
 
     testbed and etl use one simulated day; rank replays SCHEDULE in the simulator and ranks
-    every case, and every case of the real dumps; diagnose runs the model on a sample.
+    every case, and every case of the real dumps; diagnose runs both agents on the same
+    stratified sample of each (SAMPLE cases of every fault type).
 
     Example: rcalab bench rank --scale 0.005
     """
@@ -125,19 +126,34 @@ def bench(what, out, scale, nezha, sample, schedule, real):
                        f"{r['digest_seconds_max']:.3f} s at most")
         click.echo(f"saved {out / 'rank.json'}")
         return
+    if what == "diagnose":
+        from reasoner.bench import run
+
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("diagnose", total=None)
+            result = run(schedule, list(real), per_type=sample, scale=scale or 0.005,
+                         progress=lambda what: bar.update(task, description=what))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "diagnose.json").write_text(json.dumps(result, indent=2) + "\n")
+        table = Table(title="rcalab bench diagnose (the same stratified cases for both agents)")
+        columns = ["final", "LA", "TA", "explainability", "cases", "answered", "fallback", "seconds_per_case",
+                   "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"]
+        table.add_column("set / agent")
+        for col in columns:
+            table.add_column(col.replace("_per_case", "/case").replace("_", " "), justify="right")
+        for name, r in result.items():
+            table.add_row(name, *["" if r.get(c) is None else f"{r[c]:g}" for c in columns])
+        Console().print(table)
+        click.echo(f"saved {out / 'diagnose.json'}")
+        return
     if what == "testbed":
         from testbed.bench import run
 
         result = run(scale=scale or 1.0)
-    elif what == "etl":
+    else:
         from etl.bench import run
 
         result = run(scale=scale or 1.0, nezha=nezha)
-    else:
-        from reasoner.bench import run
-
-        nested = run(sample=sample, trainticket=nezha)
-        result = {f"{part}.{k}": v for part, values in nested.items() for k, v in values.items()}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"rcalab bench {what}")
@@ -250,7 +266,8 @@ def digest(db, input_, uuid, as_json):
               help="Answers JSONL; transcripts go beside it.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Answer at most N new cases.")
-@click.option("--max-tools", type=click.IntRange(min=0, max=10), default=3, show_default=True)
+@click.option("--max-tools", type=click.IntRange(min=0, max=10), default=1, show_default=True,
+              help="llm: checks the model may make before it answers.")
 @click.option("--time-limit", type=float, default=600.0, show_default=True, help="Seconds per case.")
 @click.option("--agent", type=click.Choice(["llm", "rank"]), default="llm", show_default=True,
               help="llm: the model confirms and chooses among the ranking's options; rank: the top option, no model.")

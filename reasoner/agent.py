@@ -1,4 +1,7 @@
-"""One case: digest, a few tool calls, a validated answer and a reasoning trace from the steps taken.
+"""The `llm` agent: the model reads the ranking's options, checks the top candidate with a read-only tool
+if it wants, and chooses an option (and may correct its fault type). The reason is composed so that it
+begins with the option's key metric or keyword; the reasoning trace is made from the steps taken.
+Where the model fails (malformed twice, endpoint down, time limit), the `rank` answer stands.
 
 The model is called through `Chat`: a function from (messages, JSON schema, seconds it may take)
 to (reply text, usage). `openai_chat` makes one for any OpenAI-compatible endpoint, its retries
@@ -16,10 +19,10 @@ from typing import Callable
 import duckdb
 
 from features.cases import Question
-from features.digest import Digest, build_digest
+from features.digest import build_digest
 
-from .prompt import FAULT_TYPES, step_schema, system_prompt, user_prompt
-from .rank import REASON_WORDS, evidence_steps, words
+from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
+from .rank import evidence_steps, reason, words
 from .rank import answer as rank_answer
 from .tools import TRACE_ACTION, Context, run_tool
 
@@ -63,39 +66,23 @@ def _parse(reply: str) -> dict:
     step = json.loads(fence.group(0) if fence else text)
     if not isinstance(step, dict):
         raise ValueError("the reply is not a JSON object")
-    missing = [k for k in ("action", "component", "fault_type", "reason") if not isinstance(step.get(k), str)]
+    missing = [k for k in ("action", "target", "option", "fault_type", "reason") if not isinstance(step.get(k), str)]
     if missing:
         raise ValueError(f"missing field {', '.join(missing)}")
     return step
 
 
-def check_answer(step: dict, components: set[str], metrics: set[str], seen_text: str) -> str | None:
-    """Why an answer is not acceptable (with what would be), or None; `components` are the digest's choices."""
-    if step["component"] not in components:
-        return f"'{step['component']}' is not one of the candidates ({', '.join(sorted(components))})"
+def check_answer(step: dict, options: dict, top: str, contradicted: set[str]) -> str | None:
+    """Why an answer is not acceptable (with what would be), or None."""
+    if step["option"] not in options:
+        return f"'{step['option']}' is not an option (options: {', '.join(options)})"
     if step["fault_type"] not in FAULT_TYPES:
         return f"'{step['fault_type']}' is not one of the fault types"
-    lead = words(step["reason"], REASON_WORDS - len(step["fault_type"].split()) - 1)
-    lowered = lead.lower()
-    if any(m.lower() in lowered for m in metrics if len(m) >= 3):  # names like CpuUsageRate(%) included
-        return None
-    tokens = re.findall(r"[A-Za-z_][\w.-]*", lead)
-    quoted = " ".join(re.findall(r'"([^"]*)"', seen_text)).lower()
-    if any(len(t) >= 5 and t.lower() in quoted for t in tokens):
-        return None
-    named = [m for m in dict.fromkeys(re.findall(r"[A-Za-z_][\w.()%-]*", seen_text)) if m in metrics][:6]
-    return ("the reason must start with the key metric or a log keyword from the evidence"
-            + (f", e.g. one of {', '.join(named)}" if named else ""))
-
-
-def choices(digest: Digest, node_of: dict[str, str], service_of: dict[str, str]) -> list[str]:
-    """What the model may name: the candidates, the services of candidate pods and the nodes they run on."""
-    out: list[str] = []
-    for c in digest.candidates:
-        for name in (c.component, service_of.get(c.component), node_of.get(c.component)):
-            if name and name not in out:
-                out.append(name)
-    return out
+    component = options[step["option"]][0]
+    if component != top and top not in contradicted:
+        firsts = ", ".join(o for o, (c, _) in options.items() if c == top)
+        return f"option {step['option']} is not candidate 1's: choose {firsts}, or first check {top} and find nothing"
+    return None
 
 
 def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
@@ -111,37 +98,38 @@ def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
         "seconds": seconds, "digest_seconds": seconds, "candidates": [c.component for c in digest.candidates]})
 
 
-def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, components: set[str],
-             metrics: set[str], placement: dict[str, tuple[str, str]] | None = None, model: str = "",
-             max_tools: int = 3, time_limit: float = 600.0) -> Outcome:
-    """Diagnose one case; the outcome carries the answer or the reason it failed, and the transcript."""
+def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, model: str = "",
+             max_tools: int = 1, time_limit: float = 600.0) -> Outcome:
+    """Diagnose one case; the outcome carries the answer (the model's, or the ranking's where it failed),
+    the reason the model failed if it did, and the transcript."""
     started = time.monotonic()
-    t0 = time.perf_counter()
     digest = build_digest(con, question)
-    digest_seconds = time.perf_counter() - t0
+    digest_seconds = time.monotonic() - started
     ctx = Context(con, question)
-    placement = placement or {}
-    allowed = [c for c in choices(digest, {p: n for p, (_, n) in placement.items()},
-                                  {p: s for p, (s, _) in placement.items()}) if c in components]
+    options = option_ids(digest)
+    targets = list(dict.fromkeys(c for c, _ in options.values()))
+    top = targets[0] if targets else ""
     messages = [{"role": "system", "content": system_prompt(max_tools)},
-                {"role": "user", "content": user_prompt(question.description, digest.text)}]
+                {"role": "user", "content": user_prompt(question.description, digest)}]
     tool_steps: list[dict] = []
+    contradicted: set[str] = set()  # candidates a check found nothing on
     done_calls: set[tuple] = set()
-    must_answer = False  # set when the model repeats a tool call: it has learnt all it will
+    must_answer = False  # set when the model repeats a check: it has learnt all it will
     calls: list[dict] = []
     tokens = {"prompt_tokens": 0, "completion_tokens": 0}
-    seen = digest.text
     repairs = 1
     outcome = Outcome(question.uuid)
+    why_not_top = None
     try:
-        if not allowed:
+        if not options:
             raise CaseFailed("no candidates: no component left its baseline in the window")
-        for _ in range(max_tools + 3):  # hard step limit: tools, the answer, one repair
+        for _ in range(max_tools + 3):  # hard step limit: checks, the answer, one repair
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
             allow = len(tool_steps) < max_tools and not must_answer
             t = time.perf_counter()
-            reply, usage = chat(messages, step_schema(allow, allowed), time_limit - (time.monotonic() - started))
+            reply, usage = chat(messages, step_schema(allow, targets, list(options)),
+                                time_limit - (time.monotonic() - started))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
             for k in tokens:
                 tokens[k] += usage.get(k, 0)
@@ -151,36 +139,42 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             except (ValueError, json.JSONDecodeError) as e:
                 problem = f"malformed reply ({e})"
             else:
-                if step["action"] in TRACE_ACTION and allow:
-                    call = (step["action"], step["component"], step.get("keyword", ""))
+                if step["action"] in TRACE_ACTION and allow and step["target"] in targets:
+                    keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
+                    call = (step["action"], step["target"], keyword)
                     if call in done_calls:
                         must_answer = True
                         messages.append({"role": "user", "content": "You already have that result. Answer now."})
                         continue
                     done_calls.add(call)
-                    result = run_tool(ctx, step["action"], step["component"], step.get("keyword", "")
-                                      if step["action"] == "log_templates" else "")
-                    seen += "\n" + result
-                    name = TRACE_ACTION[step["action"]]
-                    keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
-                    arg = step["component"] + (f", {keyword}" if keyword else "")
-                    tool_steps.append({"action": f"{name}({arg})",
+                    result = run_tool(ctx, step["action"], step["target"], keyword)
+                    if result.startswith("no "):
+                        contradicted.add(step["target"])
+                    arg = step["target"] + (f", {keyword}" if keyword else "")
+                    tool_steps.append({"action": f"{TRACE_ACTION[step['action']]}({arg})",
                                        "observation": words(_first_line(result), OBSERVATION_WORDS)})
                     messages.append({"role": "user", "content": f"Result of {step['action']}({arg}):\n{result}\n"
-                                                                f"Take one step."})
+                                                                "Take one step."})
                     continue
-                problem = check_answer(step, set(allowed), metrics, seen)
+                problem = check_answer(step, options, top, contradicted)
                 if problem is None:
-                    reason = words(f"{step['fault_type']}: {step['reason']}", REASON_WORDS)
-                    trace = evidence_steps(digest, step["component"]) + tool_steps
-                    outcome.answer = {"uuid": question.uuid, "component": step["component"], "reason": reason,
+                    component, option = options[step["option"]]
+                    if component != top:
+                        why_not_top = f"a check of {top} found nothing: {tool_steps[-1]['observation']}"
+                    keys = [e.key for c in digest.candidates if c.component == component for e in c.evidence
+                            if not e.echo]
+                    text = reason(step["fault_type"], option.key, keys[:3])
+                    own = words(step["reason"], 8)
+                    trace = evidence_steps(digest, component) + tool_steps
+                    outcome.answer = {"uuid": question.uuid, "component": component,
+                                      "reason": words(f"{text}; {own}" if own else text, 20),
                                       "reasoning_trace": [{"step": i, **s} for i, s in enumerate(trace, 1)]}
                     break
             if repairs == 0:
                 raise CaseFailed(problem)
             repairs -= 1
             messages.append({"role": "user", "content": f"Not accepted: {problem}. Reply with one JSON object "
-                                                        f"as described; action \"answer\"."})
+                                                        "as described; action \"answer\"."})
         else:
             raise CaseFailed("step limit reached without an answer")
     except CaseFailed as e:
@@ -192,7 +186,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         outcome.answer = rank_answer(digest)
         status = "fallback" if outcome.answer else "failed"
     outcome.transcript = {
-        "uuid": question.uuid, "status": status, "error": outcome.error,
+        "uuid": question.uuid, "status": status, "error": outcome.error, "why_not_top": why_not_top,
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
         "candidates": [c.component for c in digest.candidates],

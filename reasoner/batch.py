@@ -23,7 +23,6 @@ from features.cases import Question
 from rcalab.errors import OutputError, read_text
 
 from .agent import Chat, diagnose, rank_only
-from .tools import known_components, known_metrics
 
 
 @dataclass
@@ -83,7 +82,7 @@ class _Appender:
 
 
 def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | None, *, model: str = "",
-              concurrency: int = 1, limit: int | None = None, max_tools: int = 3, time_limit: float = 600.0,
+              concurrency: int = 1, limit: int | None = None, max_tools: int = 1, time_limit: float = 600.0,
               progress: Callable[[str], None] | None = None) -> BatchReport:
     answers = Path(answers)
     try:
@@ -103,9 +102,6 @@ def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, tim
     if limit is not None:
         todo = todo[:limit]
     con = store.connect(db, read_only=True)
-    components, metrics = known_components(con), known_metrics(con)
-    placement = {pod: (service, node) for pod, service, node in
-                 con.execute("select pod, service, node from placement").fetchall()}
     out, log = _Appender(answers), _Appender(transcripts_path(answers))
 
     def one(q: Question) -> None:
@@ -114,8 +110,7 @@ def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, tim
         if chat is None:  # the rank agent
             outcome = rank_only(cursor, q)
         else:
-            outcome = diagnose(chat, cursor, q, components=components, metrics=metrics, placement=placement,
-                               model=model, max_tools=max_tools, time_limit=time_limit)
+            outcome = diagnose(chat, cursor, q, model=model, max_tools=max_tools, time_limit=time_limit)
         log.write(outcome.transcript)
         if outcome.answer:
             out.write(outcome.answer)

@@ -1,19 +1,15 @@
-"""Benchmark of digest and diagnosis: ranking quality and digest time on every case, and the model's
-tokens, tool calls and time on a stratified sample, for a simulated replay of every fault type and
-for the real Train Ticket day."""
+"""Benchmark of the agents side by side: on a stratified sample of each set (a simulated replay of a
+schedule, and each real labelled dump), `rank` and `llm` answer the same cases and are judged alike:
+final, LA, TA, explainability, unanswered and fallback cases, seconds, tokens and LLM calls a case."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
-from etl import store
-from etl.cases import write_cases
-from etl.loader import run_etl
-from features.bench import ranking
+from features.bench import labelled_stores
 from features.cases import load_questions
 from judge.report import transcript_figures
 from judge.scoring import score
@@ -22,52 +18,45 @@ from .agent import openai_chat
 from .batch import run_batch
 from .llm import endpoint
 
+AGENTS = ("rank", "llm")
 
-def _stratified(input_json: Path, truth: Path, n: int) -> list:
-    """Up to `n` cases, one per fault type in turn."""
-    types = {json.loads(line)["uuid"]: json.loads(line)["fault_type"] for line in truth.read_text().splitlines()}
-    picked, seen = [], set()
+
+def stratified(input_json: Path, truth: Path, per_type: int) -> list:
+    """Up to `per_type` cases of every fault type, in the input's order."""
+    types = {r["uuid"]: r["fault_type"] for r in map(json.loads, truth.read_text().splitlines())}
+    taken: dict[str, int] = defaultdict(int)
+    picked = []
     for q in load_questions(input_json):
-        if types[q.uuid] not in seen and len(picked) < n:
-            seen.add(types[q.uuid])
+        if taken[types[q.uuid]] < per_type:
+            taken[types[q.uuid]] += 1
             picked.append(q)
     return picked
 
 
-def _diagnose(db: Path, input_json: Path, truth: Path, n: int, folder: Path) -> dict:
-    answers = folder / "answers.jsonl"
-    with endpoint() as (client, model):
-        run_batch(db, _stratified(input_json, truth, n), answers, openai_chat(client, model), model=model)
+def judged(answers: Path, truth: Path, uuids: set[str], folder: Path) -> dict:
     sample_truth = folder / "truth.jsonl"
-    uuids = {json.loads(line)["uuid"] for line in answers.read_text().splitlines()} if answers.exists() else set()
     sample_truth.write_text("".join(line + "\n" for line in truth.read_text().splitlines()
                                     if json.loads(line)["uuid"] in uuids))
-    summary = score(sample_truth, answers).summary() if uuids else {}
+    summary = score(sample_truth, answers).summary()
     figures = transcript_figures(answers, {}) or {}
-    figures.pop("transcripts", None)
-    return {"diagnosed": n, "answered": len(uuids), "LA": summary.get("LA"), "final": summary.get("final"),
-            **{k: v for k, v in figures.items() if not k.startswith("AC@")}}
+    return {**{k: summary[k] for k in ("final", "LA", "TA", "explainability", "cases", "answered")},
+            **{k: figures.get(k) for k in ("fallback", "seconds_per_case", "llm_calls_per_case",
+                                           "prompt_tokens_per_case", "output_tokens_per_case")}}
 
 
-def _overall(figures: dict) -> dict:
-    return {k: v for k, v in figures.items() if k != "per_type"}
-
-
-def run(sample: int = 6, trainticket: Path | None = None, trainticket_sample: int = 3, seed: int = 11) -> dict:
+def run(schedule: Path | None, real: list[Path], per_type: int = 2, scale: float = 0.005,
+        progress=lambda what: None) -> dict:
     result: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, endpoint() as (client, model):
         tmp = Path(tmp)
-        dump, db = tmp / "sim", tmp / "sim.duckdb"
-        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--cases", "18", "--scale", "0.02",
-                        "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
-        run_etl(dump, db)
-        result["simulated"] = {**_overall(ranking(db, dump / "input.json", dump / "groundtruth.jsonl")),
-                               **_diagnose(db, dump / "input.json", dump / "groundtruth.jsonl", sample, tmp / "a")}
-        if trainticket and Path(trainticket).is_dir():
-            cases, tt_db = tmp / "tt-cases", tmp / "tt.duckdb"
-            write_cases(trainticket, cases)
-            run_etl(trainticket, tt_db)
-            result["trainticket"] = {
-                **_overall(ranking(tt_db, cases / "input.json", cases / "groundtruth.jsonl")),
-                **_diagnose(tt_db, cases / "input.json", cases / "groundtruth.jsonl", trainticket_sample, tmp / "b")}
+        chats = {"rank": None, "llm": openai_chat(client, model)}
+        for name, db, input_json, truth in labelled_stores(tmp, schedule, real, scale, progress=progress):
+            sample = stratified(input_json, truth, per_type)
+            for agent in AGENTS:
+                progress(f"{agent} on {len(sample)} cases of {name}")
+                folder = tmp / name / agent
+                folder.mkdir(parents=True)
+                answers = folder / "answers.jsonl"
+                run_batch(db, sample, answers, chats[agent], model=agent if agent == "rank" else model)
+                result[f"{name}/{agent}"] = judged(answers, truth, {q.uuid for q in sample}, folder)
     return result

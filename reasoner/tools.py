@@ -24,7 +24,7 @@ class Context:
 
 def _of(item: Item, component: str) -> bool:
     """An item of the component, or of one of its pods (a service covers its pods)."""
-    return item.component == component or item.component.rsplit("-", 1)[0] == component
+    return item.component == component or item.component.startswith(f"{component}-")
 
 
 def _window(ctx: Context) -> Window:
@@ -91,15 +91,3 @@ def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> str:
         return TOOLS[name](ctx, component)
     except duckdb.Error as e:
         return f"Error: {str(e).splitlines()[0]}"
-
-
-def known_components(con: duckdb.DuckDBPyConnection) -> set[str]:
-    """Every pod, service and node the store knows: answers must name one of them."""
-    rows = con.execute("""select pod from placement union select service from placement union select node from placement
-                          union select distinct component from metric_points
-                          union select distinct service from metric_points""").fetchall()
-    return {r[0] for r in rows if r[0]}
-
-
-def known_metrics(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {r[0] for r in con.execute("select distinct metric from metric_points").fetchall()}

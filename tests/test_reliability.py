@@ -230,8 +230,8 @@ def chat_for(fake, timeout=120.0, retries=2):
 
 def test_any_openai_compatible_endpoint_answers_over_http(case, tmp_path):
     db, question = case
-    reply = {"action": "answer", "component": "cartservice", "keyword": "", "fault_type": "pod failure",
-             "reason": "request of cartservice fell to 0"}
+    reply = {"action": "answer", "target": "", "keyword": "", "option": "1a", "fault_type": "pod failure",
+             "reason": "callers get no answer"}
     fake = FakeEndpoint("answer", json.dumps(reply))
     try:
         report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake), model="fake")
