@@ -90,7 +90,7 @@ def simulate(out, schedule, cases, limit, scale, seed):
               help="diagnose: cases of each fault type that both agents answer.")
 @click.option("--schedule", type=click.Path(path_type=Path, dir_okay=False),
               default=Path("../shared/challenge2025/groundtruth-phaseone.jsonl"), show_default=True,
-              help="rank, diagnose: the ground truth whose cases to replay in the simulator.")
+              help="testbed, rank, diagnose: the ground truth whose cases to replay in the simulator.")
 @click.option("--real", type=click.Path(path_type=Path, file_okay=False), multiple=True,
               default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique")],
               show_default=True, help="rank, diagnose: labelled real dumps (Nezha layout) to measure too.")
@@ -147,9 +147,23 @@ def bench(what, out, scale, nezha, sample, schedule, real):
         click.echo(f"saved {out / 'diagnose.json'}")
         return
     if what == "testbed":
-        from testbed.bench import run
+        from testbed.bench import run, signatures
 
         result = run(scale=scale or 1.0)
+        if schedule.is_file():
+            with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+                bar.add_task(f"signatures: replaying {schedule.name}", total=None)
+                checked = signatures(schedule)
+            table = Table(title=f"testbed signatures on a replay of {schedule.name}")
+            for col in ("fault type", "key metrics moved", "checks", "observations found", "checks", "most missed"):
+                table.add_column(col, justify="left" if col in ("fault type", "most missed") else "right")
+            for kind, r in checked.items():
+                table.add_row(kind, "" if r["metrics"] is None else f"{r['metrics']:.0%}", str(r["metric_checks"]),
+                              "" if r["observations"] is None else f"{r['observations']:.0%}",
+                              str(r["observation_checks"]), ", ".join(f"{k} x{n}" for k, n in r["misses"].items()))
+            Console().print(table)
+            result |= {f"signatures.{kind}.{k}": v for kind, r in checked.items() for k, v in r.items()
+                       if k != "misses"}
     else:
         from etl.bench import run
 

@@ -1,4 +1,5 @@
-"""Benchmark of the testbed: write one simulated day at a given scale, in a child process."""
+"""Benchmark of the testbed: write one simulated day at a given scale, in a child process; and the
+signature check (`testbed.signatures`) on a replay of a ground-truth schedule."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from etl.loader import run_etl
+
+from .signatures import check
 
 
 def run(scale: float = 1.0, seed: int = 0) -> dict:
@@ -35,3 +40,13 @@ def run(scale: float = 1.0, seed: int = 0) -> dict:
         "spans_per_s": round(rows["trace"] / seconds),
         "rows_per_s": round(sum(rows.values()) / seconds),
     }
+
+
+def signatures(schedule: Path, scale: float = 0.005, seed: int = 1) -> dict:
+    """Per fault type, the share of key-metric checks that move and of observations found, on a replay."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dump, db = Path(tmp) / "dump", Path(tmp) / "store.duckdb"
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
+                        "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        run_etl(dump, db)
+        return check(db, dump / "groundtruth.jsonl")

@@ -73,6 +73,7 @@ class Fault:
     key_observations: list = field(default_factory=list)
     key_metrics: list = field(default_factory=list)
     fault_description: list = field(default_factory=list)
+    window_seconds: int | None = None  # a window of fixed length, as the real ground truth gives it (pod kill: 1 s)
 
     def candidates(self, topo: Topology) -> list[Target]:
         """Every target this fault type can hit in the topology."""
@@ -111,9 +112,9 @@ class Fault:
 FAULTS: dict[str, Fault] = {}
 
 
-def fault(name, category, targets, observations, metrics, descriptions):
+def fault(name, category, targets, observations, metrics, descriptions, window_seconds=None):
     def register(apply):
-        FAULTS[name] = Fault(name, category, targets, apply, observations, metrics, descriptions)
+        FAULTS[name] = Fault(name, category, targets, apply, observations, metrics, descriptions, window_seconds)
         return apply
     return register
 
@@ -216,21 +217,21 @@ def pod_failure(day, target, sl, rng):
         {"type": "metric", "keyword": ["pod_memory_working_set_bytes"]},
         {"type": "metric", "keyword": list(_NET_KPIS)}],
        ["client_error", "client_error_ratio", "error", "error_ratio", "pod_processes", "request", "response"],
-       ["pod killed", "forceful pod termination", "container killed", "pod eviction"])
+       ["pod killed", "forceful pod termination", "container killed", "pod eviction"], window_seconds=1)
 def pod_kill(day, target, sl, rng):
     idx = _idx(day, target.pods)
-    down = slice(sl.start, min(sl.stop, sl.start + 2))
-    day.unrouted[down, idx] = True
+    # The first minute, calls in flight and new ones fail (client errors); the next, the pod restarts unrouted.
     day.unreachable[sl.start:sl.start + 1, idx] = True
-    for pod in target.pods:
-        day.unreachable_kind[pod] = "refused"
-    # A fresh container: memory starts low and warms up, caches are cold.
-    warm = np.minimum(1.0, 0.15 + np.arange(sl.stop - sl.start) / 30.0)[:, None]
-    day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] *= warm
+    day.unrouted[sl.start + 1:sl.start + 2, idx] = True
+    down = slice(sl.start, sl.start + 2)
     for k in _NET_KPIS:
         day.pod_kpi[k][down, idx] *= 0.05
     day.pod_kpi["pod_processes"][down, idx] = 0
-    day.own_factor[sl.start + 2:sl.stop, idx] *= 1 + 1.5 * (1 - warm[2:])
+    # A fresh container, whatever the window's length: memory starts low and warms up, caches are cold.
+    after = slice(sl.start, min(day.own_factor.shape[0], sl.start + 30))
+    warm = np.minimum(1.0, 0.15 + np.arange(after.stop - after.start) / 30.0)[:, None]
+    day.pod_kpi["pod_memory_working_set_bytes"][after, idx] *= warm
+    day.own_factor[after.start + 2:after.stop, idx] *= 1 + 1.5 * (1 - warm[2:])
 
 
 # --- JVM (adservice, via Byteman rules) --------------------------------------------
@@ -300,28 +301,32 @@ _NET_LOGS = [{"type": "log", "keyword": ["Error", "while", "dialing"]}, {"type":
 _FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]}]
 
 
-def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str, net_mult: float, rng) -> None:
+def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str, net_mult: float, rng,
+          traffic: float) -> None:
+    """A degraded caller -> callee link: slower or failing calls, and fewer of them at both ends (clients wait
+    or give up), so both ends' request and response counts fall, as the real key metrics say."""
     src, dst = target.edge
     e_ms, e_err = day.edge(src, dst)
     e_ms[sl] += _ramp(sl, rng, 0.8 * ms, 1.2 * ms)[:, 0]
     e_err[sl] = np.maximum(e_err[sl], err)
     day.edge_err_kind[(src, dst)] = kind
-    pods = day.topo.pods_of(src) + day.topo.pods_of(dst)
+    idx = _idx(day, day.topo.pods_of(src) + day.topo.pods_of(dst))
+    day.traffic[sl, idx] *= traffic
     for k in _NET_KPIS:
-        day.pod_kpi[k][sl, _idx(day, pods)] *= net_mult
+        day.pod_kpi[k][sl, idx] *= net_mult
 
 
 @fault("network delay", "network attack", "edge", _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["high network latency", "increased RTT", "network delay spike", "elevated transmission delay"])
 def network_delay(day, target, sl, rng):
-    _link(day, target, sl, 200.0, 0.0, "deadline", 0.7, rng)
+    _link(day, target, sl, 200.0, 0.0, "deadline", 0.5, rng, traffic=0.6)
 
 
 @fault("network loss", "network attack", "edge",
        [{"type": "log", "keyword": ["deadlineexceeded"]}] + _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["packet loss", "network packet drop", "high loss rate", "dropped packets"])
 def network_loss(day, target, sl, rng):
-    _link(day, target, sl, 350.0, 0.25, "deadline", 0.5, rng)
+    _link(day, target, sl, 350.0, 0.25, "deadline", 0.5, rng, traffic=0.5)
 
 
 @fault("network corrupt", "network attack", "edge",
@@ -329,7 +334,7 @@ def network_loss(day, target, sl, rng):
                                                                     "error_ratio"]}] + _NET_OBS,
        _NET_METRICS, ["packet corruption", "data corruption", "bit errors on network", "corrupted packets"])
 def network_corrupt(day, target, sl, rng):
-    _link(day, target, sl, 120.0, 0.3, "reset", 1.6, rng)
+    _link(day, target, sl, 120.0, 0.3, "reset", 1.6, rng, traffic=0.6)
     src, dst = target.edge
     if dst == "redis-cart":
         _burst(day, day.topo.pods_of(src), sl, (ERRORS["storage"][2],), 2)

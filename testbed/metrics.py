@@ -32,19 +32,22 @@ def apm_tables(day: Day, rng: np.random.Generator) -> dict[str, pa.Table]:
     for service in traced:
         pods = topo.pods_of(service)
         idx = [topo.index(p) for p in pods]
-        routed = ~day.unrouted[:, idx] & ~day.unreachable[:, idx]
+        # Requests still go to an unreachable pod and fail there (DeepFlow counts them, as client errors);
+        # a restarting pod gets none.
+        routed = ~day.unrouted[:, idx]
         share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
         rate = FRONTEND_RPM * day.load * per_request[service]
         for j, (pod, i) in enumerate(zip(pods, idx)):
-            request = rng.poisson(rate * share[:, j])
+            request = rng.poisson(rate * share[:, j] * day.traffic[:, i])
+            failed = np.where(day.unreachable[:, i], request, 0)
             own = np.clip(BASE_ERR + day.own_err[:, i], 0, 1)
-            downstream = np.clip(pod_err[:, i] - own, 0, 1)
-            timeout = rng.binomial(request, np.clip((pod_ms[:, i] - 800) / 5000, 0, 0.5))
+            downstream = np.clip(pod_err[:, i] - own - day.unreachable[:, i], 0, 1)
+            timeout = rng.binomial(request - failed, np.clip((pod_ms[:, i] - 800) / 5000, 0, 0.5))
             row = {
                 "request": request,
-                "response": request - timeout,
-                "server_error": rng.binomial(request, own),
-                "client_error": rng.binomial(request, downstream),
+                "response": request - failed - timeout,
+                "server_error": rng.binomial(request - failed, own),
+                "client_error": failed + rng.binomial(request - failed, downstream),
                 "timeout": timeout,
                 "rrt": np.where(request > 0, pod_ms[:, i] * 1000 * rng.lognormal(0, 0.05, MINUTES), 0.0),
             }

@@ -91,7 +91,9 @@ def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
         options = fault.candidates(topo)
         target = options[int(rng.integers(len(options)))]
         start = RANDOM_START + dt.timedelta(hours=i, seconds=int(rng.integers(0, 60)))
-        end = start + dt.timedelta(minutes=int(rng.integers(8, 26)))
+        minutes = int(rng.integers(8, 26))
+        end = start + (dt.timedelta(seconds=fault.window_seconds) if fault.window_seconds else
+                       dt.timedelta(minutes=minutes))
         uuid = f"{rng.bytes(4).hex()}-{i}"
         truth = dict(fault_category=fault.category, fault_type=fault.name, **target.truth(topo),
                      start_time=format_time(start), end_time=format_time(end), uuid=uuid,

@@ -245,6 +245,7 @@ class Day:
     own_err: np.ndarray  # (M, pods) probability a request fails inside the pod
     unreachable: np.ndarray  # (M, pods) bool: connections to the pod fail
     unrouted: np.ndarray  # (M, pods) bool: the pod gets no traffic (restarting)
+    traffic: np.ndarray  # (M, pods) share of its usual requests a pod gets (slow or lossy links: fewer)
     own_err_kind: dict[str, str] = field(default_factory=dict)  # pod -> error kind
     edge_ms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     edge_err: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
@@ -309,6 +310,7 @@ def build_day(date: dt.date, topo: Topology, seed: int) -> Day:
         own_err=zeros.copy(),
         unreachable=np.zeros(shape_p, bool),
         unrouted=np.zeros(shape_p, bool),
+        traffic=np.ones(shape_p),
     )
 
 

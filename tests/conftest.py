@@ -36,3 +36,12 @@ def replay_store(replay, tmp_path_factory):
     """The replay loaded into a store, and the ETL's report."""
     db = tmp_path_factory.mktemp("store") / "store.duckdb"
     return db, run_etl(replay, db)
+
+
+@pytest.fixture(scope="session")
+def every_fault_store(every_fault, tmp_path_factory):
+    """The every-fault dump loaded into a store."""
+    dump, cases = every_fault
+    db = tmp_path_factory.mktemp("every_fault_store") / "store.duckdb"
+    run_etl(dump, db)
+    return db, dump / "groundtruth.jsonl"

@@ -71,7 +71,11 @@ def test_fault_signature_in_window_only(every_fault, fault_type):
     dump, cases = every_fault
     case = next(c for c in cases if c.fault.name == fault_type)
     where, what, direction = SIGNATURES[fault_type]
-    during = _query(dump, case, where, what, case.start + dt.timedelta(minutes=2), case.end)
+    if case.end - case.start < dt.timedelta(minutes=2):  # a window of seconds (pod kill): its first minutes
+        lo, hi = case.start.replace(second=0), case.start + dt.timedelta(minutes=2)
+    else:
+        lo, hi = case.start + dt.timedelta(minutes=2), case.end
+    during = _query(dump, case, where, what, lo, hi)
     before = _query(dump, case, where, what, case.start - dt.timedelta(minutes=30),
                     case.start - dt.timedelta(minutes=5))
     if where == "log":
@@ -93,3 +97,13 @@ def test_same_seed_same_bytes(tmp_path):
         simulate(tmp_path / name, random_cases(2, topo, seed), topo, scale=0.002, seed=seed)
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
     assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+
+
+def test_every_fault_moves_the_key_metrics_its_ground_truth_names(every_fault_store):
+    from testbed.signatures import check
+
+    result = check(*every_fault_store)
+    overall = result.pop("all")
+    assert overall["metrics"] >= 0.9 and overall["observations"] >= 0.8, overall
+    for kind, r in result.items():
+        assert r["metrics"] is None or r["metrics"] >= 0.6, (kind, r)
