@@ -23,6 +23,7 @@ from .workload import Day, LogBurst, derive_node_kpis
 ERRORS = {
     "refused": ("Unavailable", 14,
                 'connection error: desc = "transport: Error while dialing: dial tcp {ip}:{port}: connect: connection refused"'),
+    "dial": ("Unavailable", 14, 'connection error: desc = "transport: Error while dialing: dial tcp {ip}:{port}: i/o timeout"'),
     "reset": ("Unavailable", 14,
               "upstream connect error or disconnect/reset before headers. reset reason: connection failure"),
     "canceled": ("Canceled", 1, "context canceled"),
@@ -301,8 +302,8 @@ _NET_LOGS = [{"type": "log", "keyword": ["Error", "while", "dialing"]}, {"type":
 _FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]}]
 
 
-def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str, net_mult: float, rng,
-          traffic: float) -> None:
+def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str | tuple[str, ...], net_mult: float,
+          rng, traffic: float) -> None:
     """A degraded caller -> callee link: slower or failing calls, and fewer of them at both ends (clients wait
     or give up), so both ends' request and response counts fall, as the real key metrics say."""
     src, dst = target.edge
@@ -326,7 +327,8 @@ def network_delay(day, target, sl, rng):
        [{"type": "log", "keyword": ["deadlineexceeded"]}] + _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["packet loss", "network packet drop", "high loss rate", "dropped packets"])
 def network_loss(day, target, sl, rng):
-    _link(day, target, sl, 350.0, 0.25, "deadline", 0.5, rng, traffic=0.5)
+    # Lost packets: calls time out, are given up, or cannot even connect.
+    _link(day, target, sl, 350.0, 0.25, ("deadline", "canceled", "dial"), 0.5, rng, traffic=0.5)
 
 
 @fault("network corrupt", "network attack", "edge",
@@ -334,7 +336,8 @@ def network_loss(day, target, sl, rng):
                                                                     "error_ratio"]}] + _NET_OBS,
        _NET_METRICS, ["packet corruption", "data corruption", "bit errors on network", "corrupted packets"])
 def network_corrupt(day, target, sl, rng):
-    _link(day, target, sl, 120.0, 0.3, "reset", 1.6, rng, traffic=0.6)
+    # Corrupt packets: connections are reset, calls given up, handshakes time out.
+    _link(day, target, sl, 120.0, 0.3, ("reset", "canceled", "dial"), 1.6, rng, traffic=0.6)
     src, dst = target.edge
     if dst == "redis-cart":
         _burst(day, day.topo.pods_of(src), sl, (ERRORS["storage"][2],), 2)

@@ -21,7 +21,7 @@ from .workload import BASE_ERR, FLAT_FLOWS, OPTIONAL_CALLS, TRACES_PER_MIN_AT_SC
 
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
 _TRANSIENT = ("Unavailable", 14, "transport is closing")
-_CONNECT = {"refused", "dns"}  # the callee's server span never starts
+_CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
 _DEADLINE_MS = 1000.0
 
 KV = pa.struct([("key", pa.string()), ("type", pa.string()), ("value", pa.string())])
@@ -150,7 +150,10 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
             if e_ms is not None:
                 net[k] += e_ms[minute] * rng.lognormal(0, 0.25, n)
                 edge_fail = rng.random(n) < e_err[minute]
-                kind[k] = np.where(edge_fail, KINDS.index(day.edge_err_kind.get((caller, node.service), "transient")), kind[k])
+                if edge_fail.any():  # a link may fail in several ways
+                    names = day.edge_err_kind.get((caller, node.service), "transient")
+                    names = (names,) if isinstance(names, str) else names
+                    kind[k] = np.where(edge_fail, rng.choice([KINDS.index(x) for x in names], n), kind[k])
             down = day.unreachable[minute, pod[k]]
             down_kinds = np.array([KINDS.index(day.unreachable_kind.get(topo.pods[i], "refused")) for i in cands])
             kind[k] = np.where(down, down_kinds[np.searchsorted(cands, pod[k])], kind[k])

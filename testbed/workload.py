@@ -249,7 +249,7 @@ class Day:
     own_err_kind: dict[str, str] = field(default_factory=dict)  # pod -> error kind
     edge_ms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     edge_err: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    edge_err_kind: dict[tuple[str, str], str] = field(default_factory=dict)
+    edge_err_kind: dict[tuple[str, str], str | tuple[str, ...]] = field(default_factory=dict)
     unreachable_kind: dict[str, str] = field(default_factory=dict)  # pod -> error kind
     bursts: list[LogBurst] = field(default_factory=list)
 
