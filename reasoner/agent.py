@@ -161,9 +161,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     component, option = options[step["option"]]
                     if component != top:
                         why_not_top = f"a check of {top} found nothing: {tool_steps[-1]['observation']}"
-                    keys = [e.key for c in digest.candidates if c.component == component for e in c.evidence
-                            if not e.echo]
-                    text = reason(step["fault_type"], option.key, keys[:3])
+                    evidence = next(c.evidence for c in digest.candidates if c.component == component)
+                    text = reason(step["fault_type"], option.key, evidence)
                     own = words(step["reason"], 8)
                     trace = evidence_steps(digest, component) + tool_steps
                     outcome.answer = {"uuid": question.uuid, "component": component,

@@ -15,9 +15,14 @@ def words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 
-def reason(fault_type: str, key: str, keys: list[str]) -> str:
-    """The fault type, the option's key metric or keyword first, then the other keys of the evidence."""
-    others = [k for k in dict.fromkeys(keys) if k != key]
+NAMED = ("metric", "changepoint", "silence", "log")  # evidence whose key is a metric name or a log keyword
+
+
+def reason(fault_type: str, key: str, evidence: list) -> str:
+    """The fault type, the option's key metric or keyword first, then the other keys of the candidate's own
+    evidence, metric names and log keywords before the names of trace analyses."""
+    ranked = sorted((e for e in evidence if not e.echo), key=lambda e: e.kind not in NAMED)
+    others = [k for k in dict.fromkeys(e.key for e in ranked) if k != key]
     return words(f"{fault_type}: {key}" + (f" (with {', '.join(others)})" if others else ""), REASON_WORDS)
 
 
@@ -40,8 +45,7 @@ def answer(digest: Digest) -> dict | None:
         return None
     top = digest.candidates[0]
     options = digest.options.get(top.component) or []
-    keys = [e.key for e in top.evidence if not e.echo]
-    fault_type, key = (options[0].fault_type, options[0].key) if options else ("unknown", keys[0] if keys else "")
+    fault_type, key = (options[0].fault_type, options[0].key) if options else ("unknown", top.evidence[0].key)
     steps = evidence_steps(digest, top.component)
-    return {"uuid": digest.uuid, "component": top.component, "reason": reason(fault_type, key, keys),
+    return {"uuid": digest.uuid, "component": top.component, "reason": reason(fault_type, key, top.evidence),
             "reasoning_trace": [{"step": i, **s} for i, s in enumerate(steps, 1)]}

@@ -19,16 +19,18 @@ OTHER_WEIGHT = 0.4
 VANISHED = 0.6
 STEADY = 0.9  # share of the baseline's minutes a template must appear in for its stop to count
 MIN_EXPECTED = 10.0  # lines a vanished template would have written in the window at its rate before
-KEYWORD = re.compile(r"[A-Za-z][A-Za-z_.-]{3,}")
+KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
+LEVELS = re.compile(r"^(trace|debug|info|notice|warn|warning|error|err|fatal|critical|severe)$", re.I)
 
 
 def keyword(template: str) -> str:
-    """The template's first error word with its neighbour, else its first word: a checkable keyword."""
-    words = KEYWORD.findall(template)
+    """A checkable keyword of a template: its first word that names an error (a severity alone does not),
+    with the word before it, else its longest word."""
+    words = [w.strip("._-") for w in KEYWORD.findall(template) if not LEVELS.match(w)]
     for i, word in enumerate(words):
         if ERROR_WORDS.search(word):
             return " ".join(words[max(0, i - 1):i + 1])
-    return words[0] if words else ""
+    return max(words, key=len, default="")
 
 
 def baseline_minutes(con, w: Window) -> tuple[str, list]:
