@@ -285,3 +285,15 @@ def test_a_torn_transcripts_line_is_cut_on_resume(case, tmp_path):
     run_batch(db, [question], answers, None)
     lines = transcripts_path(answers).read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["uuid"] == question.uuid
+
+
+def test_a_nezha_metric_row_takes_its_time_from_the_text_where_the_epoch_is_wrong(tmp_path):
+    metric = tmp_path / "dump" / "2022-08-22" / "metric"
+    metric.mkdir(parents=True)
+    rows = [f"2022-08-22 03:5{i}:19.60 +0000 UTC m=+0.11,{1861140279 + 60 * i},adservice-5f6585d649-fnmft,{i}.0"
+            for i in range(3)]  # the epoch is 200,000,000 s ahead, as in a real Online Boutique file
+    (metric / "adservice-5f6585d649-fnmft_metric.csv").write_text("Time,TimeStamp,PodName,CpuUsage(m)\n" +
+                                                                  "\n".join(rows) + "\n")
+    db = tmp_path / "store.duckdb"
+    assert not run_etl(tmp_path / "dump", db, "nezha").failed
+    assert count(db, "select min(ts)::text from metric_points") == "2022-08-22 03:50:19"
