@@ -20,7 +20,7 @@ from rcalab.errors import LoadError
 
 from features.anomaly import refresh_edge_anomaly, refresh_metric_anomaly
 from features.changepoints import refresh_changepoints
-from features.templates import mask_sql, mine_new, refresh_template_minute
+from features.templates import level_sql, mask_sql, mine_new, refresh_template_minute
 from features.trace_edges import refresh_span_self, refresh_trace_edges
 
 from . import store
@@ -171,9 +171,11 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     if file.kind == "log":  # lines repeat: each distinct text is masked once
         con.execute(f"create or replace temp table staged as {select}", params)
         con.execute(f"""create or replace temp table masks as
-                        select text, {mask_sql('text')} as masked from (select distinct text from staged)""")
+                        select text, {mask_sql('text')} as masked, {level_sql('text')} as level
+                        from (select distinct text from staged)""")
         mine_new(con, "masks")
-        con.execute(f"""insert into log_lines select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid}
+        con.execute(f"""insert into log_lines select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid},
+                               k.level
                         from staged s join masks k using (text) join log_masked m using (masked)""")
     elif file.kind == "metric":  # NaN and infinite readings (real Nezha CSVs have them) carry no information
         con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)", params)

@@ -48,19 +48,24 @@ MIGRATIONS = [
     create table declared_calls (caller text, callee text, file_id integer);
     insert or ignore into dirty_days select distinct ts::date from spans;
     """),
+    ("log severity", """
+    alter table log_lines add column level text;
+    alter table log_template_minute add column errors bigint;
+    insert or ignore into dirty_days select distinct ts::date from log_lines;
+    """),
 ]
 
 # One line per table for `rcalab schema`.
 DESCRIPTIONS = {
     "manifest": "every input file: loaded, skipped or failed (with the reason), its size, mtime and rows",
     "metric_points": "every metric value, long format; metric names verbatim from the source",
-    "log_lines": "every log line with its pod, service, node and Drain3 template",
+    "log_lines": "every log line with its pod, service, node, Drain3 template and severity (level)",
     "spans": "every span: trace, parent, start, duration, service, pod, node, kind, status",
     "placement": "which pod ran on which node, first and last seen",
     "log_templates": "Drain3 templates (ids kept across nightly runs) with line counts",
     "log_masked": "masked message -> template id (identical masked messages are mined once)",
     "drain_state": "the Drain3 miner's saved state",
-    "log_template_minute": "log lines per component, template and minute",
+    "log_template_minute": "log lines per component, template and minute, and how many of them are errors",
     "metric_anomaly": "robust z-score of each metric point against the trailing hour (median, MAD)",
     "changepoints": "change points per series and day (ruptures KernelCPD, linear kernel) with levels around them",
     "trace_edge_minute": "caller -> callee calls, errors, latency percentiles and the caller-side gap "

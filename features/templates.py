@@ -1,6 +1,8 @@
-"""Drain3 log templates. Messages are masked in SQL (ids, IPs, numbers, UUIDs, hex), and each
-distinct masked message is mined once; the miner's state lives in the store, so template ids
-stay the same from one nightly run to the next."""
+"""Drain3 log templates. A line's severity is read into its own column, and its leading time stamp
+and level are cut, so that an ERROR line and an INFO line of the same shape share a template
+whose minutes still count the errors. The rest is masked in SQL (ids, IPs, numbers, UUIDs, hex),
+and each distinct masked message is mined once; the miner's state lives in the store, so
+template ids stay the same from one nightly run to the next."""
 
 from __future__ import annotations
 
@@ -20,10 +22,25 @@ MASKS = (
     (r"-?\b\d+(\.\d+)?\b", "<NUM>"),
 )
 MAX_CHARS = 400
+LEVELS = "trace|debug|info|notice|warn|warning|error|err|fatal|critical|crit|severe|panic"
+ERROR_LEVELS = ("ERROR", "ERR", "FATAL", "CRITICAL", "CRIT", "SEVERE", "PANIC")
+
+
+LEAD = "^[\\s\\d:.,/TZ+\\[-]*"  # a leading time stamp, and an opening bracket
+
+
+def level_sql(column: str) -> str:
+    """The severity word that opens a line (after its time stamp), upper case, or null."""
+    return f"upper(nullif(regexp_extract(left({column}, 40), '{LEAD}(?i:({LEVELS}))\\b', 1), ''))"
+
+
+def body_sql(column: str) -> str:
+    """The line without its leading time stamp and severity."""
+    return f"regexp_replace({column}, '{LEAD}(?i:({LEVELS})\\b)?[\\s:\\]\\[]*', '')"
 
 
 def mask_sql(column: str) -> str:
-    expr = f"left({column}, {MAX_CHARS})"
+    expr = f"left({body_sql(column)}, {MAX_CHARS})"
     for pattern, token in MASKS:
         expr = f"regexp_replace({expr}, '{pattern}', '{token}', 'g')"
     return expr
@@ -76,8 +93,9 @@ def refresh_template_minute(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
     con.execute("delete from log_template_minute where minute >= ? and minute < ?", [lo, hi])
     con.execute("""
         insert into log_template_minute
-        select date_trunc('minute', ts), component, service, template_id, count(*) from log_lines
-        where ts >= ? and ts < ? group by all""", [lo, hi])
+        select date_trunc('minute', ts), component, service, template_id, count(*),
+               count(*) filter (where level in (select unnest(?)))
+        from log_lines where ts >= ? and ts < ? group by all""", [list(ERROR_LEVELS), lo, hi])
     con.execute("""
         update log_templates t set lines = c.n, first_seen = c.first
         from (select template_id, count(*) as n, min(ts) as first from log_lines group by all) c

@@ -220,3 +220,23 @@ def test_real_train_ticket_minutes_load(nezha_few_minutes, tmp_path):
     assert q(db, "select count(*) > 0 from log_templates") == [(True,)]
     (edges,), = q(db, "select count(*) from trace_edge_minute where caller = 'ts-gateway-service'")
     assert edges > 0
+
+
+@pytest.mark.parametrize("line, level, masked", [
+    ("16:53:55.201 INFO  t.s.TravelServiceImpl#532 TraceID: 7 [getRoute]", "INFO", "t.s.TravelServiceImpl#<NUM> TraceID: <NUM> [getRoute]"),
+    ("12:01:02.3 ERROR t.s.TravelServiceImpl#532 TraceID: 7 [getRoute]", "ERROR", "t.s.TravelServiceImpl#<NUM> TraceID: <NUM> [getRoute]"),
+    ("[INFO] [cluster.go:12] [store]", "INFO", "cluster.go:<NUM>] [store]"),
+    ("plain line with an error inside", None, "plain line with an error inside"),
+])
+def test_severity_is_its_own_column_and_not_part_of_the_template(line, level, masked):
+    from features.templates import level_sql, mask_sql
+
+    got = duckdb.connect().execute(f"select {level_sql('t')}, {mask_sql('t')} from (select ? as t)", [line]).fetchall()
+    assert got == [(level, masked)]
+
+
+def test_error_lines_are_counted_per_template_minute(loaded):
+    db, _ = loaded
+    (errors, lines), = q(db, """select sum(m.errors), sum(m.lines) from log_template_minute m join log_templates t
+                                using (template_id) where t.template like 'request %'""")
+    assert 0 < errors < lines  # the frontend's error and debug "request complete" lines share one template

@@ -46,10 +46,11 @@ class Tiny:
     def log(self, component, service, template, per_minute, *, only_window=False, stops=False):
         tid = self.templates.setdefault(template, len(self.templates) + 1)
         self.con.execute("insert or ignore into log_templates values (?, ?, null, 0)", [tid, template])
-        rows = [(T0 + dt.timedelta(minutes=i, seconds=j), component, service, "node-1", tid, template, 1)
+        level = template.split()[0] if template.split()[0] in ("INFO", "WARN", "ERROR") else None
+        rows = [(T0 + dt.timedelta(minutes=i, seconds=j), component, service, "node-1", tid, template, 1, level)
                 for i in range(MINUTES) if (during(i) or not only_window) and not (stops and during(i))
                 for j in range(per_minute)]
-        self.con.executemany("insert into log_lines values (?, ?, ?, ?, ?, ?, ?)", rows)
+        self.con.executemany("insert into log_lines values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def chain(self, services, slow=None, gap_us=0):
         """Traces down a chain of services, four a minute; `slow` delays calls into it in the window."""

@@ -71,7 +71,7 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
     keep = ", ".join(f"cast({ident(c)} as double) as {ident(c)}" for c in columns if c not in ("Time", "TimeStamp", who))
     # The text `Time` (2022-08-22 03:51:19.60 +0000 UTC m=+0.11) is right where the epoch `TimeStamp` is not (a
     # real Online Boutique file is 200,000,000 s ahead): the text wins, the epoch stands in where it is missing.
-    time = ("coalesce(try_strptime(left(Time, 19), '%Y-%m-%d %H:%M:%S'), "
+    time = ("coalesce(try_strptime(left(Time::varchar, 19), '%Y-%m-%d %H:%M:%S'), "
             "to_timestamp(cast(TimeStamp as bigint))::timestamp)" if "Time" in columns
             else "to_timestamp(cast(TimeStamp as bigint))::timestamp")
     service = SERVICE_OF_POD.format("component") if kind == "pod" else "component"

@@ -1,5 +1,5 @@
-"""Logs: templates (Drain3) that appear or surge in a component's logs in the window. Error-like
-templates count fully; others count little. The template text is untrusted data: flattened and
+"""Logs: templates (Drain3) that appear or surge in a component's logs in the window. Templates with
+lines at an error severity in the window, or with error words, count fully; others count little. The template text is untrusted data: flattened and
 quoted wherever it is shown.
 
 A template that surges in several components at once is shared among them; a steady template
@@ -50,11 +50,11 @@ def collect(con, w: Window) -> list[Item]:
     condition, params, base_minutes = baseline_minutes(con, w)
     base_minutes = max(base_minutes, 1)
     found = rows(con, f"""
-        with d as (select component, template_id, sum(lines) / ? as rate from log_template_minute
-                   where minute >= ? and minute <= ? group by all),
+        with d as (select component, template_id, sum(lines) / ? as rate, sum(errors) as errors
+                   from log_template_minute where minute >= ? and minute <= ? group by all),
              b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
                    where {condition} group by all)
-        select d.component, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before
+        select d.component, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before, d.errors
         from d join log_templates t using (template_id) left join b using (component, template_id)
         where d.rate > 2 * coalesce(b.rate, 0) + 0.05
         order by d.rate - coalesce(b.rate, 0) desc limit 200""",
@@ -64,9 +64,10 @@ def collect(con, w: Window) -> list[Item]:
     spread = Counter(r["template_id"] for r in found)
     items = []
     for r in found:
-        errorlike = bool(ERROR_WORDS.search(r["template"]))
+        errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(r["template"]))
         rise = (r["during"] - r["before"]) / (r["during"] + r["before"] + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
+        new += f", {r['errors']} at error level" if r["errors"] else ""
         items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(r["template"]),
                           f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log"))
     # A template that was steady and stops (a heartbeat, a worker loop) while the component still logs.
