@@ -162,8 +162,7 @@ def bench(what, out, scale, nezha, sample, schedule, real):
                               "" if r["observations"] is None else f"{r['observations']:.0%}",
                               str(r["observation_checks"]), ", ".join(f"{k} x{n}" for k, n in r["misses"].items()))
             Console().print(table)
-            result |= {f"signatures.{kind}.{k}": v for kind, r in checked.items() for k, v in r.items()
-                       if k != "misses"}
+            result["signatures"] = checked  # in the JSON; its table is above
     else:
         from etl.bench import run
 
@@ -174,6 +173,8 @@ def bench(what, out, scale, nezha, sample, schedule, real):
     table.add_column("measure")
     table.add_column("value", justify="right")
     for key, value in result.items():
+        if isinstance(value, dict):
+            continue
         table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
                       else str(value))
     Console().print(table)
