@@ -23,7 +23,7 @@ def labelled_cases(dump: Path) -> list[dict]:
     if adapter.NAME != "nezha":
         raise DumpError(f"{dump}: a {adapter.NAME} dump carries no fault labels")
     root = Path(dump)
-    indicators_file = next(root.rglob("root_cause_ts.json"), None)
+    indicators_file = next(root.rglob("root_cause_*.json"), None)  # root_cause_ts.json, root_cause_hipster.json
     indicators = json.loads(indicators_file.read_text()) if indicators_file else {}
     rows = []
     for path in sorted(root.rglob("*fault_list.json")):
