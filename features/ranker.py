@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from .evidence import Item
-from .graph import callers, depends_on
+from .graph import CALLS, callers, depends_on
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
@@ -42,7 +42,6 @@ class Candidate:
     component: str
     level: str  # service | pod | node
     score: float = 0.0
-    anomaly: float = 0.0
     evidence: list[Item] = field(default_factory=list)
     explained_by: str | None = None  # the dependency that explains part of the anomaly
 
@@ -79,10 +78,10 @@ def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str
     """A caller that still serves but whose callees lost their traffic stopped calling them (an exception
     or a wrong return before the call): the callees' falls are evidence for the caller."""
     found = []
-    for caller in {a for a, _, k in g.edges(data="kind") if k in ("call", "declared")}:
+    for caller in {a for a, _, k in g.edges(data="kind") if k in CALLS}:
         if any(fell(it) for it in units.get(caller, [])):
             continue  # its own traffic fell too: its callers stopped calling it, or it is gone
-        callees = [b for _, b, k in g.out_edges(caller, data="kind") if k in ("call", "declared")]
+        callees = [b for _, b, k in g.out_edges(caller, data="kind") if k in CALLS]
         falls = [(max(it.score for it in units[b] if fell(it)), b) for b in callees
                  if any(fell(it) for it in units.get(b, []))]
         if falls:
@@ -130,7 +129,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     for u, item in missing_calls(units, g):
         units[u].append(item)
         level.setdefault(u, "pod" if u in service_of else "node" if u in nodes else "service")
-    cands = {u: Candidate(u, level[u], anomaly=anomaly(its), evidence=sorted(its, key=strength))
+    cands = {u: Candidate(u, level[u], evidence=sorted(its, key=strength))
              for u, its in units.items()}
     own_of = {u: own(units[u]) for u in cands}
     # A node explains its pods only when it hosts anomalous pods of two or more services.
