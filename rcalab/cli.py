@@ -136,13 +136,13 @@ def bench(what, out, scale, nezha, sample, schedule, real):
         out.mkdir(parents=True, exist_ok=True)
         (out / "diagnose.json").write_text(json.dumps(result, indent=2) + "\n")
         table = Table(title="rcalab bench diagnose (the same stratified cases for both agents)")
-        columns = ["final", "LA", "TA", "explainability", "cases", "answered", "fallback", "seconds_per_case",
-                   "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"]
-        table.add_column("set / agent")
-        for col in columns:
-            table.add_column(col.replace("_per_case", "/case").replace("_", " "), justify="right")
-        for name, r in result.items():
-            table.add_row(name, *["" if r.get(c) is None else f"{r[c]:g}" for c in columns])
+        table.add_column("measure")
+        for name in result:
+            table.add_column(name, justify="right")
+        for measure in ("final", "LA", "TA", "explainability", "cases", "answered", "fallback", "seconds_per_case",
+                        "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
+            table.add_row(measure.replace("_per_case", " a case").replace("_", " "),
+                          *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
         Console().print(table)
         click.echo(f"saved {out / 'diagnose.json'}")
         return
