@@ -73,7 +73,7 @@ def neighbours(ctx: Context, component: str) -> str:
         parts.append(f"replicas of {service}: " + ", ".join(sorted(p for p, s, _ in rows if s == service)))
     if node:
         parts.append(f"pods on {node}: " + ", ".join(sorted(p for p, _, n in rows if n == node and p != component)))
-    return "\n".join(parts) or f"{component} is not in the topology"
+    return "\n".join(flat(part, 400) for part in parts) or f"{flat(component, 60)} is not in the topology"
 
 
 TOOLS = {f.__name__: f for f in (metric_anomalies, log_templates, trace_edges, neighbours)}
