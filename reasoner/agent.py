@@ -20,6 +20,7 @@ import duckdb
 
 from features.cases import Question
 from features.digest import build_digest
+from features.evidence import flat
 
 from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
 from .rank import evidence_steps, reason, words
@@ -150,7 +151,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     result = run_tool(ctx, step["action"], step["target"], keyword)
                     if result.startswith("no "):
                         contradicted.add(step["target"])
-                    arg = step["target"] + (f", {keyword}" if keyword else "")
+                    arg = flat(step["target"], 60) + (f", {flat(keyword, 40)}" if keyword else "")
                     tool_steps.append({"action": f"{TRACE_ACTION[step['action']]}({arg})",
                                        "observation": words(_first_line(result), OBSERVATION_WORDS)})
                     messages.append({"role": "user", "content": f"Result of {step['action']}({arg}):\n{result}\n"
