@@ -14,12 +14,10 @@ from pathlib import Path
 from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
+from judge.report import service_of
 
 from .cases import load_questions
 from .digest import build_digest
-
-POD = r"-[a-z0-9]{6,10}-[a-z0-9]{5}$|-\d+$"
-
 
 def names(row: dict) -> set[str]:
     instance = row["instance"]
@@ -28,12 +26,9 @@ def names(row: dict) -> set[str]:
 
 def hit(component: str, truth: set[str], node_fault: bool) -> bool:
     """A candidate names the truth: itself, its service (a pod of a true service), or a pod of it."""
-    import re
-
     if node_fault:
         return component in truth
-    service = re.sub(POD, "", component)
-    return component in truth or service in truth or any(re.sub(POD, "", t) == component for t in truth)
+    return component in truth or service_of(component) in truth or any(service_of(t) == component for t in truth)
 
 
 def ranking(db: Path, input_json: Path, truth: Path) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -104,81 +105,94 @@ def bench(what, out, scale, nezha, sample, schedule, real):
 
     Example: rcalab bench rank --scale 0.005
     """
+    tables = []
     if what == "rank":
         from features.bench import run
 
-        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("rank", total=None)
-            result = run(schedule, list(real), scale=scale or 0.005, progress=lambda what: bar.update(task, description=what))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "rank.json").write_text(json.dumps(result, indent=2) + "\n")
-        table = Table(title="rcalab bench rank")
-        for col in ("set", "fault type", "cases", "top-1", "top-3"):
-            table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
-        for name, r in result.items():
-            for fault, t in r["per_type"].items():
-                table.add_row(name, fault, str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
-            table.add_row(f"[bold]{name}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
-                          f"[bold]{r['top3']:.3f}[/]", end_section=True)
-        Console().print(table)
-        for name, r in result.items():
-            click.echo(f"{name}: digest {r['digest_seconds_mean']:.3f} s a case on average, "
-                       f"{r['digest_seconds_max']:.3f} s at most")
-        click.echo(f"saved {out / 'rank.json'}")
-        return
-    if what == "diagnose":
+        with working("rank") as update:
+            result = run(schedule, list(real), scale=scale or 0.005, progress=update)
+        tables.append(rank_table(result))
+    elif what == "diagnose":
         from reasoner.bench import run
 
-        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("diagnose", total=None)
-            result = run(schedule, list(real), per_type=sample, scale=scale or 0.005,
-                         progress=lambda what: bar.update(task, description=what))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "diagnose.json").write_text(json.dumps(result, indent=2) + "\n")
-        table = Table(title="rcalab bench diagnose (the same stratified cases for both agents)")
-        table.add_column("measure")
-        for name in result:
-            table.add_column(name, justify="right")
-        for measure in ("final", "LA", "TA", "explainability", "cases", "answered", "fallback", "seconds_per_case",
-                        "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
-            table.add_row(measure.replace("_per_case", " a case").replace("_", " "),
-                          *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
-        Console().print(table)
-        click.echo(f"saved {out / 'diagnose.json'}")
-        return
-    if what == "testbed":
+        with working("diagnose") as update:
+            result = run(schedule, list(real), per_type=sample, scale=scale or 0.005, progress=update)
+        tables.append(diagnose_table(result))
+    elif what == "testbed":
         from testbed.bench import run, signatures
 
         result = run(scale=scale or 1.0)
         if schedule.is_file():
-            with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-                bar.add_task(f"signatures: replaying {schedule.name}", total=None)
-                checked = signatures(schedule)
-            table = Table(title=f"testbed signatures on a replay of {schedule.name}")
-            for col in ("fault type", "key metrics moved", "checks", "observations found", "checks", "most missed"):
-                table.add_column(col, justify="left" if col in ("fault type", "most missed") else "right")
-            for kind, r in checked.items():
-                table.add_row(kind, "" if r["metrics"] is None else f"{r['metrics']:.0%}", str(r["metric_checks"]),
-                              "" if r["observations"] is None else f"{r['observations']:.0%}",
-                              str(r["observation_checks"]), ", ".join(f"{k} x{n}" for k, n in r["misses"].items()))
-            Console().print(table)
-            result["signatures"] = checked  # in the JSON; its table is above
+            with working(f"signatures: replaying {schedule.name}"):
+                result["signatures"] = signatures(schedule)  # in the JSON and in a table of its own
+            tables.append(signature_table(result["signatures"], schedule.name))
+        tables.append(measure_table(what, result))
     else:
         from etl.bench import run
 
         result = run(scale=scale or 1.0, nezha=nezha)
+        tables.append(measure_table(what, result))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
+    for table in tables:
+        Console().print(table)
+    click.echo(f"saved {out / f'{what}.json'}")
+
+
+@contextmanager
+def working(description: str):
+    """A spinner on stderr while long work runs; yields a function that updates its description."""
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda what: bar.update(task, description=what)
+
+
+def measure_table(what: str, result: dict) -> Table:
     table = Table(title=f"rcalab bench {what}")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for key, value in result.items():
-        if isinstance(value, dict):
-            continue
-        table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
-                      else str(value))
-    Console().print(table)
-    click.echo(f"saved {out / f'{what}.json'}")
+        if not isinstance(value, dict):
+            table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
+                          else str(value))
+    return table
+
+
+def rank_table(result: dict) -> Table:
+    caption = "; ".join(f"{name}: digest {r['digest_seconds_mean']:.3f} s a case, {r['digest_seconds_max']:.3f} s at most"
+                        for name, r in result.items())
+    table = Table(title="rcalab bench rank", caption=caption)
+    for col in ("set", "fault type", "cases", "top-1", "top-3"):
+        table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
+    for name, r in result.items():
+        for fault, t in r["per_type"].items():
+            table.add_row(name, fault, str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
+        table.add_row(f"[bold]{name}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
+                      f"[bold]{r['top3']:.3f}[/]", end_section=True)
+    return table
+
+
+def diagnose_table(result: dict) -> Table:
+    table = Table(title="rcalab bench diagnose (the same stratified cases for both agents)")
+    table.add_column("measure")
+    for name in result:
+        table.add_column(name, justify="right")
+    for measure in ("final", "LA", "TA", "explainability", "cases", "answered", "fallback", "seconds_per_case",
+                    "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
+        table.add_row(measure.replace("_per_case", " a case").replace("_", " "),
+                      *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
+    return table
+
+
+def signature_table(checked: dict, schedule: str) -> Table:
+    table = Table(title=f"testbed signatures on a replay of {schedule}")
+    for col in ("fault type", "key metrics moved", "checks", "observations found", "checks", "most missed"):
+        table.add_column(col, justify="left" if col in ("fault type", "most missed") else "right")
+    for kind, r in checked.items():
+        table.add_row(kind, "" if r["metrics"] is None else f"{r['metrics']:.0%}", str(r["metric_checks"]),
+                      "" if r["observations"] is None else f"{r['observations']:.0%}",
+                      str(r["observation_checks"]), ", ".join(f"{k} x{n}" for k, n in r["misses"].items()))
+    return table
 
 
 @cli.command()
