@@ -76,13 +76,14 @@ def _parse(reply: str) -> dict:
 def check_answer(step: dict, options: dict, top: str, contradicted: set[str]) -> str | None:
     """Why an answer is not acceptable (with what would be), or None."""
     if step["option"] not in options:
-        return f"'{step['option']}' is not an option (options: {', '.join(options)})"
+        return f"'{flat(step['option'], 8)}' is not an option (options: {', '.join(options)})"
     if step["fault_type"] not in FAULT_TYPES:
-        return f"'{step['fault_type']}' is not one of the fault types"
+        return f"'{flat(step['fault_type'], 40)}' is not one of the fault types"
     component = options[step["option"]][0]
     if component != top and top not in contradicted:
         firsts = ", ".join(o for o, (c, _) in options.items() if c == top)
-        return f"option {step['option']} is not candidate 1's: choose {firsts}, or first check {top} and find nothing"
+        return (f"option {flat(step['option'], 8)} is not candidate 1's: choose {firsts}, "
+                f"or first check {flat(top, 60)} and find nothing")
     return None
 
 
