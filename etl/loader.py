@@ -120,6 +120,11 @@ def _run(con, adapter, dump: Path, progress) -> Report:
     return report
 
 
+def _mark_days(con, table: str, fid: int) -> None:
+    """The days a file's rows fall on wait for a feature refresh."""
+    con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+
+
 def last_day() -> dt.date:
     return dt.date.today() + dt.timedelta(days=366)
 
@@ -130,7 +135,7 @@ def _drop(con, fid: int, path: str) -> None:
     table = TABLES[kind]
     con.execute("begin")
     if kind in PLACEMENT_SOURCES:
-        con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+        _mark_days(con, table, fid)
     con.execute(f"delete from {table} where file_id = ?", [fid])
     con.execute("update manifest set status = 'removed', rows = 0, error = ?, loaded_at = current_timestamp::timestamp "
                 "where file_id = ?", ["the file is gone from the dump; its rows were dropped", fid])
@@ -166,7 +171,7 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     fid = _file_id(con, prev)
     con.execute("begin")
     if file.kind in PLACEMENT_SOURCES:  # the days of the rows it replaces are refreshed too
-        con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+        _mark_days(con, table, fid)
     con.execute(f"delete from {table} where file_id = ?", [fid])
     if file.kind == "log":  # lines repeat: each distinct text is masked once
         con.execute(f"create or replace temp table staged as {select}", params)
@@ -191,7 +196,7 @@ def _load(con, adapter, file: InputFile, prev) -> int:
             raise ValueError(f"{untimed} rows without a time")
         if outside:
             raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
-        con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+        _mark_days(con, table, fid)
         _update_placement(con, file.kind, fid)
     _record(con, file, fid, rows, "loaded", "")
     con.execute("commit")
