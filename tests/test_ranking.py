@@ -52,8 +52,9 @@ class Tiny:
                 for j in range(per_minute)]
         self.con.executemany("insert into log_lines values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def chain(self, services, slow=None, gap_us=0):
-        """Traces down a chain of services, four a minute; `slow` delays calls into it in the window."""
+    def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0):
+        """Traces down a chain of services, four a minute; `slow` delays calls into it in the window,
+        `slower` takes `own_us` longer itself."""
         rows = []
         for i in range(MINUTES):
             for k in range(4):
@@ -61,6 +62,7 @@ class Tiny:
                 dur = 10_000 * len(services)
                 for depth, svc in enumerate(services):
                     extra = gap_us if during(i) and slow in services[depth + 1:] else 0
+                    extra += own_us if during(i) and slower in services[depth:] else 0
                     parent = f"{trace}-{depth - 1}" if depth else None
                     rows.append((trace, f"{trace}-{depth}", parent, ts, dur + extra, svc, f"{svc}-0", "node-1", "op",
                                  None, None, 1))
@@ -151,6 +153,13 @@ def test_a_slow_link_belongs_to_the_end_all_of_whose_links_are_slow(tiny):
     links = sorted((i for i in items if i.signal == "link"), key=lambda i: -i.score)
     assert links[0].component == "c"
     assert {i.component for i in links} <= {"b", "c", "d"}
+
+
+def test_a_call_that_is_slow_because_its_callee_is_slow_is_no_slow_link(tiny):
+    # b's calls take 400 ms longer because c does; the gap a -> b grows by a mere 10 ms meanwhile.
+    tiny.chain(["a", "b", "c"], slow="b", gap_us=10_000, slower="c", own_us=400_000)
+    items = traces.collect(tiny.done(), Window(START, END))
+    assert [i for i in items if i.signal == "link"] == []
 
 
 def test_an_empty_window_says_so(tiny):

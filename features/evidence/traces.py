@@ -1,8 +1,9 @@
 """Traces, from `span_self_minute` and `trace_edge_minute`:
 - self time: a service whose spans, less their children, got slower (its own CPU, GC, code);
-- links: the gap of a call (caller span less callee span) that grew, given to the end that all
-  of a component's anomalous links share: a network fault on a pod slows every link of the pod,
-  while its callers each have one slow link among healthy ones;
+- links: the gap of a call (caller span less callee span) that grew and carries most of the call's
+  slowdown (a callee that got slower itself lengthens the call, not the gap), given to the end whose
+  links in that direction are all slow: a network fault on a pod slows all its calls in or out,
+  while its peers each have one slow link among healthy ones;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
   and calls that get no answer at all.
 The baseline is the median minute of the other traced minutes within `TRACE_REACH`.
@@ -20,6 +21,7 @@ MIN_RATIO = 1.5
 MIN_CALLS = 3
 MIN_DELTA_US = 2000  # a latency rise below this is noise whatever the ratio
 ERROR_RISE = 0.05
+NETWORK_SHARE = 0.5  # a slow link's gap carries at least this share of its call's slowdown
 
 
 def _ratio_score(during: float, before: float) -> float:
@@ -68,13 +70,11 @@ def collect(con, w: Window) -> list[Item]:
                sum(errors) filter (where during) / sum(calls) filter (where during) as err,
                coalesce(sum(errors) filter (where not during) / sum(calls) filter (where not during), 0) as err_before,
                median(gap) filter (where during) as gap, median(gap) filter (where not during) as gap_before,
+               median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
                sum(answered) filter (where during) as answered
         from e group by caller, callee having sum(calls) filter (where during) >= $min_calls""", _params(w))
-    links: dict[str, list[tuple[float, dict]]] = defaultdict(list)
+    slow = {(e["caller"], e["callee"]): _link_score(e) for e in edges}
     for e in edges:
-        score = _ratio_score(e["gap"], e["gap_before"]) if e["gap"] is not None and e["gap_before"] else 0.0
-        for end in (e["caller"], e["callee"]):
-            links[end].append((score, e))
         rise = e["err"] - e["err_before"]
         if rise >= ERROR_RISE:
             answer = ", no answer from callee" if not e["answered"] else ""
@@ -89,22 +89,50 @@ def collect(con, w: Window) -> list[Item]:
         on = f" (waiting on {waits[0]['callee']})" if waits else ""
         items.append(Item(s["service"], "trace", score, "span self time", f"trace self time of {s['service']} p95 "
                           f"{fmt(s['before'] / 1000)} -> {fmt(s['during'] / 1000)} ms{on}", "self time", bool(waits)))
-    # A slow link belongs to the end whose links are slow the more often (a network fault on a pod slows
-    # all its links; its peers each have one slow link among healthy ones); to both ends when they tie.
-    share = {end: sum(1 for sc, _ in scored if sc > 0) / len(scored) for end, scored in links.items()}
-    best: dict[str, tuple[float, dict]] = {}
+    items += _slow_links(edges, slow)
+    return items
+
+
+def _link_score(e: dict) -> float:
+    if e["gap"] is None or not e["gap_before"]:
+        return 0.0
+    slowdown = (e["p95"] or 0.0) - (e["p95_before"] or 0.0)
+    if e["gap"] - e["gap_before"] < NETWORK_SHARE * slowdown:
+        return 0.0  # the callee got slower itself: the call is slower, not the network
+    return _ratio_score(e["gap"], e["gap_before"])
+
+
+def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
+    """A slow link belongs to the end whose links in that direction (a callee's calls in, a caller's calls
+    out) are slow the more often, then whose links of both directions are; to both ends when they tie."""
+    way: dict[tuple[str, str], list[float]] = defaultdict(list)  # (component, "in" | "out") -> link scores
     for e in edges:
-        score = _ratio_score(e["gap"], e["gap_before"]) if e["gap"] is not None and e["gap_before"] else 0.0
+        way[e["callee"], "in"].append(slow[e["caller"], e["callee"]])
+        way[e["caller"], "out"].append(slow[e["caller"], e["callee"]])
+
+    def share(scores: list[float]) -> float:
+        return sum(1 for sc in scores if sc > 0) / len(scores) if scores else 0.0
+
+    def standing(end: str, direction: str) -> tuple[float, float]:
+        return share(way[end, direction]), share(way[end, "in"] + way[end, "out"])
+
+    best: dict[str, tuple[float, dict, str]] = {}
+    for e in edges:
+        score = slow[e["caller"], e["callee"]]
         if not score:
             continue
-        top = max(share[e["caller"]], share[e["callee"]])
-        for end in (e["caller"], e["callee"]):
-            if share[end] == top and score > best.get(end, (0.0, None))[0]:
-                best[end] = (score, e)
-    for end, (score, e) in best.items():
-        slow = sum(1 for sc, _ in links[end] if sc > 0)
-        confidence = share[end] * slow / (slow + 0.5)
+        ends = ((e["callee"], "in"), (e["caller"], "out"))
+        top = max(standing(*end) for end in ends)
+        for end, direction in ends:
+            if standing(end, direction) == top and score > best.get(end, (0.0, None, ""))[0]:
+                best[end] = (score, e, direction)
+    items = []
+    for end, (score, e, direction) in best.items():
+        scores = way[end, direction]
+        n = sum(1 for sc in scores if sc > 0)
+        confidence = share(scores) * n / (n + 0.5)
+        calls = "calls into" if direction == "in" else "calls from"
         items.append(Item(end, "trace", score * confidence, "call latency",
                           f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
-                          f"{fmt(e['gap'] / 1000)} ms; {slow} of {len(links[end])} links of {end} slow", "link"))
+                          f"{fmt(e['gap'] / 1000)} ms; {n} of {len(scores)} {calls} {end} slow", "link"))
     return items
