@@ -16,7 +16,7 @@ import numpy as np
 
 from rcalab.errors import ScheduleError
 
-from .topology import CALLS, NODES, SERVICES, STORES, TIDB_PARTS, WORKERS, Topology
+from .topology import CALLS, GRPC, NODES, SERVICES, STORES, TIDB_PARTS, WORKERS, Topology
 from .workload import Day, LogBurst, derive_node_kpis
 
 # gRPC failures: kind -> (status name, status code, description). `{ip}`/`{port}` are the callee's.
@@ -36,6 +36,15 @@ ERRORS = {
                 "Can't access cart storage. StackExchange.Redis.RedisTimeoutException: Timeout performing HGET"),
     "db": ("Unavailable", 14, "Error 9005: Region is unavailable; dial tcp {ip}:4000: connect: connection refused"),
 }
+TRANSIENT = ("Unavailable", 14, "transport is closing")
+
+
+def status_text(kind: str, topo: Topology, pod: str) -> tuple[str, int, str]:
+    """gRPC status name, code and message of a failed call to `pod`."""
+    name, code, desc = TRANSIENT if kind == "transient" else ERRORS[kind]
+    service = topo.service_of[pod]
+    port = GRPC.get(service, ("", 6379 if service == "redis-cart" else 4000))[1]
+    return name, code, desc.format(ip=topo.ip_of[pod], port=port, service=service)
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,20 @@ def _burst(day: Day, pods, sl: slice, messages, per_minute: float, severity="err
     day.bursts.append(LogBurst(tuple(pods), sl.start, sl.stop, tuple(messages), per_minute, severity))
 
 
+def _client_logs(day: Day, callers, callees, sl: slice, kinds, per_minute: float = 1.0) -> None:
+    """Clients log failing connections and calls at a pace of their own (gRPC reconnects and retries), not
+    only when a user's request happens to fail: each caller pod logs the errors `kinds` to `callees`."""
+    messages = tuple(dict.fromkeys(f"rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
+                                   for name, _, desc in [status_text(kind, day.topo, pod)]))
+    _burst(day, callers, sl, messages, per_minute)
+
+
+def _callers_of(day: Day, pods) -> list[str]:
+    service = day.topo.service_of[pods[0]]
+    return [p for caller, callees in CALLS.items() if service in callees and caller in SERVICES
+            for p in day.topo.pods_of(caller)]
+
+
 _NET_KPIS = ("pod_network_receive_bytes", "pod_network_transmit_bytes",
              "pod_network_receive_packets", "pod_network_transmit_packets")
 _JVM_AGENT = (
@@ -186,6 +209,13 @@ def memory_stress(day, target, sl, rng):
     day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += _ramp(sl, rng, 1.2e9, 1.4e9)
     day.pod_kpi["pod_processes"][sl, idx] += 2
     day.own_factor[sl, idx] *= 1.3
+    # At its peak the container hits its limit and is OOM-killed: a minute of refused connections, then a
+    # cold start.
+    oom = slice(sl.start + (sl.stop - sl.start) // 2, sl.start + (sl.stop - sl.start) // 2 + 1)
+    _cut_off(day, target.pods, oom, "refused", (), 1.0)
+    _client_logs(day, _callers_of(day, target.pods), target.pods, oom, ("refused",), 2)
+    _burst(day, target.pods, oom, ("could not load the warm cache after an OOM restart, starting cold",), 2,
+           "warning")
 
 
 # --- pods ------------------------------------------------------------------------
@@ -225,6 +255,11 @@ def pod_kill(day, target, sl, rng):
     day.unreachable[sl.start:sl.start + 1, idx] = True
     day.unrouted[sl.start + 1:sl.start + 2, idx] = True
     down = slice(sl.start, sl.start + 2)
+    # Until the pod is back, clients holding connections to it wait out a reconnect backoff before another
+    # replica answers.
+    service = day.topo.service_of[target.pods[0]]
+    for caller in {day.topo.service_of[p] for p in _callers_of(day, target.pods)}:
+        day.edge(caller, service)[0][down] += 800.0 / len(day.topo.pods_of(service)) * len(target.pods)
     for k in _NET_KPIS:
         day.pod_kpi[k][down, idx] *= 0.05
     day.pod_kpi["pod_processes"][down, idx] = 0
@@ -315,6 +350,8 @@ def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str 
     day.traffic[sl, idx] *= traffic
     for k in _NET_KPIS:
         day.pod_kpi[k][sl, idx] *= net_mult
+    if err:
+        _client_logs(day, day.topo.pods_of(src), day.topo.pods_of(dst), sl, (kind,) if isinstance(kind, str) else kind)
 
 
 @fault("network delay", "network attack", "edge", _FRONT_TRACE + _NET_OBS, _NET_METRICS,

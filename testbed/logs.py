@@ -15,7 +15,8 @@ import numpy as np
 import polars as pl
 
 from .topology import NAMESPACE, NODES, Topology
-from .traces import KINDS, Hour, status_text
+from .faults import status_text
+from .traces import KINDS, Hour
 from .workload import Day
 
 STYLE = {

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .faults import ERRORS
+from .faults import ERRORS, TRANSIENT, status_text
 from .topology import GRPC, NAMESPACE, OWN_MS, Topology
 from .workload import BASE_ERR, FLAT_FLOWS, OPTIONAL_CALLS, TRACES_PER_MIN_AT_SCALE_1, Day
 
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
-_TRANSIENT = ("Unavailable", 14, "transport is closing")
 _CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
 _DEADLINE_MS = 1000.0
 
@@ -55,14 +54,6 @@ class Vocab:
 
     def take(self, idx: np.ndarray) -> pa.Array:
         return pa.array(list(self.index), pa.string()).take(pa.array(idx.ravel()))
-
-
-def status_text(kind: str, topo: Topology, pod: str) -> tuple[str, int, str]:
-    """gRPC status name, code and message of a failed call to `pod`."""
-    name, code, desc = _TRANSIENT if kind == "transient" else ERRORS[kind]
-    service = topo.service_of[pod]
-    port = GRPC.get(service, ("", 6379 if service == "redis-cart" else 4000))[1]
-    return name, code, desc.format(ip=topo.ip_of[pod], port=port, service=service)
 
 
 @dataclass
@@ -108,7 +99,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
     spans: dict[str, list] = {k: [] for k in ("trace", "span", "parent", "start", "dur", "pod", "op", "vals")}
     calls: dict[str, list] = {k: [] for k in ("ts", "caller", "callee", "method", "kind", "dur", "root")}
     n_traces = 0
-    kind_code = np.array([0] + [(_TRANSIENT if k == "transient" else ERRORS[k])[1] for k in KINDS[1:]])
+    kind_code = np.array([0] + [(TRANSIENT if k == "transient" else ERRORS[k])[1] for k in KINDS[1:]])
     msg_table = np.array([[vocab("")] * len(topo.pods)] + [
         [vocab(status_text(k, topo, p)[2]) for p in topo.pods] for k in KINDS[1:]])
     code_vocab = np.array([vocab(str(c)) for c in kind_code])

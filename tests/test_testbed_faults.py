@@ -104,6 +104,6 @@ def test_every_fault_moves_the_key_metrics_its_ground_truth_names(every_fault_st
 
     result = check(*every_fault_store)
     overall = result.pop("all")
-    assert overall["metrics"] >= 0.9 and overall["observations"] >= 0.8, overall
+    assert overall["metrics"] >= 0.9 and overall["observations"] >= 0.9, overall
     for kind, r in result.items():
         assert r["metrics"] is None or r["metrics"] >= 0.6, (kind, r)
