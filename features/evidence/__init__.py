@@ -4,7 +4,7 @@ One contract: `collect(con, window) -> list[Item]`, every item naming the compon
 store names it (pod, service, node, TiDB part), a score in 0..1, the key metric or log
 keyword verbatim, one line of text, the signal (what moved) and whether the item is an
 echo (measured on a caller's side, so it says more about a callee than about the component).
-Adding a family is adding a module here and its name to `FAMILIES`.
+Adding a family is adding a module here and its name to the list in `collect`.
 """
 
 from __future__ import annotations
