@@ -15,6 +15,7 @@ from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
 from judge.report import service_of
+from testbed.bench import REPLAY_SCALE
 
 from .cases import load_questions
 from .digest import build_digest
@@ -58,7 +59,7 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
                          for t, c in sorted(per.items())}}
 
 
-def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: float = 0.005, seed: int = 1,
+def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
                     progress=lambda what: None):
     """(name, store, input.json, groundtruth.jsonl) for a simulated replay of `schedule` and each real dump."""
     if schedule and Path(schedule).is_file():
@@ -79,7 +80,7 @@ def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: f
             yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
 
 
-def run(schedule: Path | None, real: list[Path], scale: float = 0.005, seed: int = 1,
+def run(schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
         progress=lambda what: None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result = {}

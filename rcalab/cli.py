@@ -84,7 +84,7 @@ def simulate(out, schedule, cases, limit, scale, seed):
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
-              help="Volume of simulated traces and logs (default: 1.0, a real day; rank: 0.005).")
+              help="Volume of simulated traces and logs (default: 1.0, a real day; rank, diagnose: 0.1).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
@@ -103,20 +103,22 @@ def bench(what, out, scale, nezha, sample, schedule, real):
     every case, and every case of the real dumps; diagnose runs both agents on the same
     stratified sample of each (SAMPLE cases of every fault type).
 
-    Example: rcalab bench rank --scale 0.005
+    Example: rcalab bench rank --scale 0.1
     """
+    from testbed.bench import REPLAY_SCALE
+
     tables = []
     if what == "rank":
         from features.bench import run
 
         with working("rank") as update:
-            result = run(schedule, list(real), scale=scale or 0.005, progress=update)
+            result = run(schedule, list(real), scale=scale or REPLAY_SCALE, progress=update)
         tables.append(rank_table(result))
     elif what == "diagnose":
         from reasoner.bench import run
 
         with working("diagnose") as update:
-            result = run(schedule, list(real), per_type=sample, scale=scale or 0.005, progress=update)
+            result = run(schedule, list(real), per_type=sample, scale=scale or REPLAY_SCALE, progress=update)
         tables.append(diagnose_table(result))
     elif what == "testbed":
         from testbed.bench import run, signatures

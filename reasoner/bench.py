@@ -13,6 +13,7 @@ from features.bench import labelled_stores
 from features.cases import load_questions
 from judge.report import transcript_figures
 from judge.scoring import score
+from testbed.bench import REPLAY_SCALE
 
 from .agent import openai_chat
 from .batch import run_batch
@@ -44,7 +45,7 @@ def judged(answers: Path, truth: Path, uuids: set[str], folder: Path) -> dict:
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
 
 
-def run(schedule: Path | None, real: list[Path], per_type: int = 2, scale: float = 0.005,
+def run(schedule: Path | None, real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,
         progress=lambda what: None) -> dict:
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp, endpoint() as (client, model):
