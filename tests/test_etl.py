@@ -204,6 +204,10 @@ def nezha_few_minutes(tmp_path_factory):
         shutil.copy(NEZHA / "trace" / f"{minute}_trace.csv", root / "trace")
     for path in sorted((NEZHA / "metric").glob("ts-[a-c]*_metric.csv"))[:8] + [NEZHA / "metric" / "front_service.csv"]:
         shutil.copy(path, root / "metric")
+    normal, published = root.parents[1] / "construct_data" / "2023-01-30", NEZHA.parents[1] / "construct_data" / "2023-01-30"
+    for sub, name in (("log", "11_39_log.csv"), ("trace", "11_39_trace.csv"), ("metric", "front_service.csv")):
+        (normal / sub).mkdir(parents=True)
+        shutil.copy(published / sub / name, normal / sub)
     return root.parents[1]
 
 
@@ -214,7 +218,12 @@ def test_real_train_ticket_minutes_load(nezha_few_minutes, tmp_path):
     services = {r[0] for r in q(db, "select distinct service from spans")}
     assert {"ts-contacts-service", "ts-gateway-service"} <= services
     assert q(db, "select count(*) from spans where parent_span_id = 'root'") == [(0,)]
-    assert q(db, "select min(ts) >= '2023-01-30 11:50' from log_lines") == [(True,)]
+    # The normal period's minute (11:39) loads with the day, its repeated metric file is skipped.
+    assert q(db, "select count(*) > 0 from log_lines where ts < '2023-01-30 11:45'") == [(True,)]
+    assert q(db, "select count(*) > 0 from spans where ts < '2023-01-30 11:45'") == [(True,)]
+    assert q(db, "select min(ts) >= '2023-01-30 11:35' from log_lines") == [(True,)]
+    assert q(db, "select count(*) from manifest where status = 'skipped' and error like 'the normal period%'") \
+        == [(1,)]
     (metric,), = q(db, "select count(distinct metric) from metric_points where component_kind = 'pod'")
     assert metric >= 15
     assert q(db, "select count(*) > 0 from log_templates") == [(True,)]

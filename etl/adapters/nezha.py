@@ -21,26 +21,30 @@ def detect(root: Path) -> bool:
 
 
 def discover(root: Path) -> list[InputFile]:
+    """The published tree: `rca_data` holds the days, `construct_data` minutes of a normal period. Its logs
+    and traces load like the rest, so that they join the baseline of every case within reach; its metric
+    files repeat the day's series of `rca_data` and are skipped."""
     root = Path(root)
-    if (root / "rca_data").is_dir():  # the published tree: rca_data holds the days, construct_data a baseline
+    normal = root / "construct_data"
+    if (root / "rca_data").is_dir():
         root = root / "rca_data"
-    files = []
-    for path in sorted(root.rglob("*.csv")):
-        folder = path.parent.name
-        if path.name == "dependency.csv":
-            files.append(InputFile(path, "calls"))
-        elif path.name in ("source_50.csv", "destination_50.csv"):
-            files.append(InputFile(path, "skip", "per-call latency between services; the traces carry it"))
-        elif folder == "metric":
-            files.append(InputFile(path, "metric"))
-        elif folder == "log":
-            files.append(InputFile(path, "log"))
-        elif folder == "trace":
-            files.append(InputFile(path, "trace"))
-        else:
-            files.append(InputFile(path, "skip", "not metrics, logs or traces"))
+    files = [InputFile(path, "skip", "the normal period's metrics repeat the day's series in rca_data")
+             if path.parent.name == "metric" else _file(path)
+             for path in sorted(normal.rglob("*.csv"))] if normal.is_dir() else []
+    files += [_file(path) for path in sorted(root.rglob("*.csv"))]
     files += [InputFile(p, "skip", "fault labels (read by 'rcalab cases')") for p in sorted(root.rglob("*.json"))]
     return files
+
+
+def _file(path: Path) -> InputFile:
+    folder = path.parent.name
+    if path.name == "dependency.csv":
+        return InputFile(path, "calls")
+    if path.name in ("source_50.csv", "destination_50.csv"):
+        return InputFile(path, "skip", "per-call latency between services; the traces carry it")
+    if folder in ("metric", "log", "trace"):
+        return InputFile(path, folder)
+    return InputFile(path, "skip", "not metrics, logs or traces")
 
 
 def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
