@@ -151,5 +151,16 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
             c.score += 0.1 * len(hosted[u])
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]
     for c in ranked:
-        c.evidence = c.evidence[:MAX_EVIDENCE]
+        c.evidence = shown(c.evidence)
     return ranked
+
+
+def shown(evidence: list[Item], limit: int = MAX_EVIDENCE) -> list[Item]:
+    """The evidence a digest shows: the strongest item of each signal first (a GC log beside a latency
+    rise, not the same latency rise three times), then the rest; strongest first."""
+    seen: set[str] = set()
+    firsts, rest = [], []
+    for it in evidence:  # strongest first
+        (rest if it.signal in seen else firsts).append(it)
+        seen.add(it.signal)
+    return sorted((firsts + rest)[:limit], key=strength)

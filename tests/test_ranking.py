@@ -190,3 +190,10 @@ def test_a_caller_that_stops_calling_outranks_the_callees_that_go_quiet(tiny):
     d = digest(tiny.done())
     assert d.candidates[0].component == "checkout"
     assert "calls from checkout went missing" in d.text
+
+
+def test_a_log_keyword_is_the_line_s_own_words_not_the_template_s_placeholder():
+    template = "Rule.execute called for <*> rule <*> fired"
+    line = '{"message":"Rule.execute called for adservice-getRandomAds-exception_0:0 rule x fired"}'
+    assert "adservice-getRandomAds-exception" in logs.keyword(logs.verbatim(template, line))
+    assert logs.verbatim(template, "a line of another shape") == template

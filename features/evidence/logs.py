@@ -23,6 +23,21 @@ KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
 LEVELS = re.compile(r"^(trace|debug|info|notice|warn|warning|error|err|fatal|critical|severe)$", re.I)
 
 
+PLACEHOLDER = re.compile(r"<\*>|<(?:UUID|IP|HEX|ID|NUM)>")
+
+
+def verbatim(template: str, line: str) -> str:
+    """The template with its placeholders filled from a line of it (a rule's or a callee's name is often
+    what Drain3 made a variable); the template itself where the line does not align with it."""
+    constants = PLACEHOLDER.split(template)
+    if len(constants) == 1:
+        return template
+    found = re.search(r"(\S+)".join(re.escape(c) for c in constants), line)
+    if not found:
+        return template
+    return "".join(c + (found.group(i + 1) if i < len(constants) - 1 else "") for i, c in enumerate(constants))
+
+
 def keyword(template: str) -> str:
     """A checkable keyword of a template: its first word that names an error (a severity alone does not),
     with the word before it, else its longest word."""
@@ -62,13 +77,17 @@ def collect(con, w: Window) -> list[Item]:
     # The same template surging in several components at once travels with the calls (an exception
     # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.
     spread = Counter(r["template_id"] for r in found)
+    lines = {(r["component"], r["template_id"]): r["line"] for r in rows(con, """
+        select component, template_id, any_value(message) as line from log_lines
+        where ts >= ? and ts < ? + interval 1 minute group by all""", [w.start, w.end])} if found else {}
     items = []
     for r in found:
         errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(r["template"]))
         rise = (r["during"] - r["before"]) / (r["during"] + r["before"] + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         new += f", {r['errors']} at error level" if r["errors"] else ""
-        items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(r["template"]),
+        said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
+        items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(said),
                           f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log"))
     # A template that was steady and stops (a heartbeat, a worker loop) while the component still logs.
     for r in rows(con, f"""
