@@ -115,6 +115,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                 {"role": "user", "content": user_prompt(question.description, digest)}]
     tool_steps: list[dict] = []
     contradicted: set[str] = set()  # candidates a check found nothing on
+    confirmed: dict[str, list[str]] = {}  # candidate -> the keys its checks found moving
     done_calls: set[tuple] = set()
     must_answer = False  # set when the model repeats a check: it has learnt all it will
     calls: list[dict] = []
@@ -149,9 +150,11 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                         messages.append({"role": "user", "content": "You already have that result. Answer now."})
                         continue
                     done_calls.add(call)
-                    result = run_tool(ctx, step["action"], step["target"], keyword)
+                    found = run_tool(ctx, step["action"], step["target"], keyword)
+                    result = found.text
                     if result.startswith("no "):
                         contradicted.add(step["target"])
+                    confirmed.setdefault(step["target"], []).extend(found.keys)
                     arg = flat(step["target"], 60) + (f", {flat(keyword, 40)}" if keyword else "")
                     tool_steps.append({"action": f"{TRACE_ACTION[step['action']]}({arg})",
                                        "observation": words(_first_line(result), OBSERVATION_WORDS)})
@@ -164,7 +167,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     if component != top:
                         why_not_top = f"a check of {top} found nothing: {tool_steps[-1]['observation']}"
                     evidence = next(c.evidence for c in digest.candidates if c.component == component)
-                    text = reason(step["fault_type"], option.key, evidence)
+                    text = reason(step["fault_type"], option.key, evidence, confirmed.get(component, []))
                     own = words(step["reason"], 8)
                     trace = evidence_steps(digest, component) + tool_steps
                     outcome.answer = {"uuid": question.uuid, "component": component,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from features.digest import Digest
 
 REASON_WORDS = 20
@@ -18,11 +20,12 @@ def words(text: str, n: int) -> str:
 NAMED = ("metric", "changepoint", "silence", "log")  # evidence whose key is a metric name or a log keyword
 
 
-def reason(fault_type: str, key: str, evidence: list) -> str:
+def reason(fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:
     """The fault type, the option's key metric or keyword first, then the other keys of the candidate's own
-    evidence, metric names and log keywords before the names of trace analyses."""
+    evidence, metric names and log keywords before the names of trace analyses, then what a check of the
+    candidate found besides (`checked`)."""
     ranked = sorted((e for e in evidence if not e.echo), key=lambda e: e.kind not in NAMED)
-    others = [k for k in dict.fromkeys(e.key for e in ranked) if k != key]
+    others = [k for k in dict.fromkeys([*(e.key for e in ranked), *checked]) if k != key]
     return words(f"{fault_type}: {key}" + (f" (with {', '.join(others)})" if others else ""), REASON_WORDS)
 
 

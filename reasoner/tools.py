@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import duckdb
 
 from features.cases import Question
-from features.evidence import BASELINE, GAP, Item, Window, changepoints, flat, metrics, silence, traces
+from features.evidence import BASELINE, GAP, Item, Window, changepoints, flat, logs, metrics, silence, traces
 
 MAX_LINES = 4
 
@@ -20,6 +20,12 @@ MAX_LINES = 4
 class Context:
     con: duckdb.DuckDBPyConnection
     question: Question
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str  # what the model reads
+    keys: tuple[str, ...] = ()  # the metric names and log keywords the check found moving, verbatim
 
 
 def _of(item: Item, component: str) -> bool:
@@ -31,15 +37,19 @@ def _window(ctx: Context) -> Window:
     return Window.around(ctx.question.start, ctx.question.end)
 
 
-def metric_anomalies(ctx: Context, component: str) -> str:
+def _items(found: list[Item], nothing: str) -> Result:
+    found = sorted(found, key=lambda i: -i.score)[:MAX_LINES]
+    return Result("\n".join(flat(i.text, 160) for i in found) or nothing, tuple(dict.fromkeys(i.key for i in found)))
+
+
+def metric_anomalies(ctx: Context, component: str) -> Result:
     """Metrics of a component (a service covers its pods) that left their baseline, shifted or stopped in the window."""
     w = _window(ctx)
     found = [i for family in (metrics, changepoints, silence) for i in family.collect(ctx.con, w) if _of(i, component)]
-    found.sort(key=lambda i: -i.score)
-    return "\n".join(flat(i.text, 160) for i in found[:MAX_LINES]) or f"no metric of {flat(component, 60)} left its baseline"
+    return _items(found, f"no metric of {flat(component, 60)} left its baseline")
 
 
-def log_templates(ctx: Context, component: str, keyword: str = "") -> str:
+def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
     """Log templates of a component (a service covers its pods) in the window, optionally containing a keyword."""
     q = ctx.question
     rows = ctx.con.execute("""
@@ -51,18 +61,17 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> str:
                            [q.start, q.start - GAP, component, component, q.start - BASELINE, q.end,
                             f"%{keyword}%", MAX_LINES]).fetchall()
     lines = [f"{flat(c, 60)}: {int(d)} lines (before {int(b)}): \"{flat(t, 120)}\"" for c, t, d, b in rows]
-    return "\n".join(lines) or f"no log template of {flat(component, 60)}" + (
-        f" contains '{flat(keyword, 40)}'" if keyword else "")
+    return Result("\n".join(lines), tuple(dict.fromkeys(logs.keyword(t) for _, t, _, _ in rows))) if lines else \
+        Result(f"no log template of {flat(component, 60)}" + (f" contains '{flat(keyword, 40)}'" if keyword else ""))
 
 
-def trace_edges(ctx: Context, component: str) -> str:
+def trace_edges(ctx: Context, component: str) -> Result:
     """Traced calls into and out of a service in the window: errors, call gaps and its own (self) time."""
     found = [i for i in traces.collect(ctx.con, _window(ctx)) if _of(i, component) or component in i.text]
-    found.sort(key=lambda i: -i.score)
-    return "\n".join(flat(i.text, 160) for i in found[:MAX_LINES]) or f"no traced calls of {flat(component, 60)} changed"
+    return _items(found, f"no traced calls of {flat(component, 60)} changed")
 
 
-def neighbours(ctx: Context, component: str) -> str:
+def neighbours(ctx: Context, component: str) -> Result:
     """Replicas of a pod's service and the pods sharing its node (or the pods on a node)."""
     rows = ctx.con.execute("select pod, service, node from placement").fetchall()
     node_of = {p: n for p, _, n in rows}
@@ -73,7 +82,7 @@ def neighbours(ctx: Context, component: str) -> str:
         parts.append(f"replicas of {service}: " + ", ".join(sorted(p for p, s, _ in rows if s == service)))
     if node:
         parts.append(f"pods on {node}: " + ", ".join(sorted(p for p, _, n in rows if n == node and p != component)))
-    return "\n".join(flat(part, 400) for part in parts) or f"{flat(component, 60)} is not in the topology"
+    return Result("\n".join(flat(part, 400) for part in parts) or f"{flat(component, 60)} is not in the topology")
 
 
 TOOLS = {f.__name__: f for f in (metric_anomalies, log_templates, trace_edges, neighbours)}
@@ -82,12 +91,12 @@ TRACE_ACTION = {"metric_anomalies": "MetricAnalysis", "log_templates": "LogSearc
                 "neighbours": "TopologyLookup"}
 
 
-def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> str:
+def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> Result:
     if name not in TOOLS:
-        return f"Error: unknown tool '{name}' (tools: {', '.join(TOOLS)})"
+        return Result(f"Error: unknown tool '{name}' (tools: {', '.join(TOOLS)})")
     try:
         if name == "log_templates":
             return log_templates(ctx, component, keyword)
         return TOOLS[name](ctx, component)
     except duckdb.Error as e:
-        return f"Error: {str(e).splitlines()[0]}"
+        return Result(f"Error: {str(e).splitlines()[0]}")

@@ -10,6 +10,7 @@ from reasoner import agent
 from reasoner.agent import openai_chat
 from reasoner.batch import answered_uuids, run_batch, transcripts_path
 from reasoner.llm import LLMConfig, client, free_port
+from reasoner.tools import Context, run_tool
 
 CASE = "38ee3d45-82"  # pod failure of cartservice
 
@@ -78,6 +79,15 @@ def test_the_model_checks_then_chooses_an_option(db, questions):
     assert chat.asked[1][1]["properties"]["action"]["enum"] == ["answer"]  # one check, then the answer
     assert out.transcript["tool_calls"] == 1 and out.transcript["tokens"] == {"prompt_tokens": 20,
                                                                               "completion_tokens": 10}
+
+
+def test_the_reason_keeps_the_rank_reason_and_adds_what_the_check_found(db, questions):
+    out = run(db, questions, ScriptedChat(check("metric_anomalies", "cartservice"), answer(reason="")))
+    found = run_tool(Context(connect(db), questions[CASE]), "metric_anomalies", "cartservice").keys
+    assert found
+    rank_reason = ranked(db, questions).answer["reason"].split(": ", 1)[1].rstrip(")")
+    assert out.answer["reason"].split(": ", 1)[1].startswith(rank_reason)
+    assert all(k in out.answer["reason"] for k in found[:2])
 
 
 def test_the_model_may_correct_the_fault_type(db, questions):
