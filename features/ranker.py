@@ -156,11 +156,11 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
 
 
 def shown(evidence: list[Item], limit: int = MAX_EVIDENCE) -> list[Item]:
-    """The evidence a digest shows: the strongest item of each signal first (a GC log beside a latency
+    """The evidence a digest shows: the strongest item of each kind first (a GC log beside a latency
     rise, not the same latency rise three times), then the rest; strongest first."""
     seen: set[str] = set()
     firsts, rest = [], []
     for it in evidence:  # strongest first
-        (rest if it.signal in seen else firsts).append(it)
-        seen.add(it.signal)
+        (rest if it.kind in seen else firsts).append(it)
+        seen.add(it.kind)
     return sorted((firsts + rest)[:limit], key=strength)
