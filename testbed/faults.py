@@ -167,10 +167,9 @@ def _client_logs(day: Day, callers, callees, sl: slice, kinds, per_minute: float
     _burst(day, callers, sl, messages, per_minute)
 
 
-def _callers_of(day: Day, pods) -> list[str]:
-    service = day.topo.service_of[pods[0]]
-    return [p for caller, callees in CALLS.items() if service in callees and caller in SERVICES
-            for p in day.topo.pods_of(caller)]
+def _callers(service: str) -> list[str]:
+    """The services that call `service`, in the topology's order (so that a seed gives the same dump)."""
+    return [caller for caller, callees in CALLS.items() if service in callees and caller in SERVICES]
 
 
 _NET_KPIS = ("pod_network_receive_bytes", "pod_network_transmit_bytes",
@@ -213,7 +212,8 @@ def memory_stress(day, target, sl, rng):
     # cold start.
     oom = slice(sl.start + (sl.stop - sl.start) // 2, sl.start + (sl.stop - sl.start) // 2 + 1)
     _cut_off(day, target.pods, oom, "refused", (), 1.0)
-    _client_logs(day, _callers_of(day, target.pods), target.pods, oom, ("refused",), 2)
+    callers = [p for c in _callers(day.topo.service_of[target.pods[0]]) for p in day.topo.pods_of(c)]
+    _client_logs(day, callers, target.pods, oom, ("refused",), 2)
     _burst(day, target.pods, oom, ("could not load the warm cache after an OOM restart, starting cold",), 2,
            "warning")
 
@@ -258,7 +258,7 @@ def pod_kill(day, target, sl, rng):
     # Until the pod is back, clients holding connections to it wait out a reconnect backoff before another
     # replica answers.
     service = day.topo.service_of[target.pods[0]]
-    for caller in {day.topo.service_of[p] for p in _callers_of(day, target.pods)}:
+    for caller in _callers(service):
         day.edge(caller, service)[0][down] += 800.0 / len(day.topo.pods_of(service)) * len(target.pods)
     for k in _NET_KPIS:
         day.pod_kpi[k][down, idx] *= 0.05

@@ -79,7 +79,8 @@ def collect(con, w: Window) -> list[Item]:
     spread = Counter(r["template_id"] for r in found)
     lines = {(r["component"], r["template_id"]): r["line"] for r in rows(con, """
         select component, template_id, any_value(message) as line from log_lines
-        where ts >= ? and ts < ? + interval 1 minute group by all""", [w.start, w.end])} if found else {}
+        where ts >= ? and ts < ? + interval 1 minute and template_id in (select unnest(?)) group by all""",
+        [w.start, w.end, list(spread)])} if found else {}
     items = []
     for r in found:
         errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(r["template"]))
