@@ -53,16 +53,24 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
     """Log templates of a component (a service covers its pods) in the window, optionally containing a keyword."""
     q = ctx.question
     rows = ctx.con.execute("""
-        select m.component, t.template, sum(m.lines) filter (where m.minute >= ?) as during,
+        select m.component, template_id, t.template, sum(m.lines) filter (where m.minute >= ?) as during,
                coalesce(sum(m.lines) filter (where m.minute < ?), 0) as before
         from log_template_minute m join log_templates t using (template_id)
         where (m.component = ? or m.service = ?) and m.minute >= ? and m.minute <= ? and t.template ilike ?
         group by all having during > 0 order by during - before desc limit ?""",
                            [q.start, q.start - GAP, component, component, q.start - BASELINE, q.end,
                             f"%{keyword}%", MAX_LINES]).fetchall()
-    lines = [f"{flat(c, 60)}: {int(d)} lines (before {int(b)}): \"{flat(t, 120)}\"" for c, t, d, b in rows]
-    return Result("\n".join(lines), tuple(dict.fromkeys(logs.keyword(t) for _, t, _, _ in rows))) if lines else \
-        Result(f"no log template of {flat(component, 60)}" + (f" contains '{flat(keyword, 40)}'" if keyword else ""))
+    if not rows:
+        return Result(f"no log template of {flat(component, 60)}" + (f" contains '{flat(keyword, 40)}'" if keyword else ""))
+    # A line of each template in the window fills its placeholders (a rule's or a callee's name), as the digest does.
+    said = dict(ctx.con.execute("""
+        select template_id, any_value(message) from log_lines
+        where (component = ? or service = ?) and ts >= ? and ts < ? + interval 1 minute
+        and template_id in (select unnest(?)) group by all""",
+                                [component, component, q.start, q.end, [i for _, i, _, _, _ in rows]]).fetchall())
+    filled = [(c, logs.verbatim(t, said.get(i) or ""), d, b) for c, i, t, d, b in rows]
+    lines = [f"{flat(c, 60)}: {int(d)} lines (before {int(b)}): \"{flat(t, 120)}\"" for c, t, d, b in filled]
+    return Result("\n".join(lines), tuple(dict.fromkeys(logs.keyword(t) for _, t, _, _ in filled)))
 
 
 def trace_edges(ctx: Context, component: str) -> Result:

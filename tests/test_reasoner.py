@@ -163,3 +163,12 @@ def test_batch_resumes_after_a_torn_line(db, replay, tmp_path):
     assert {t["status"] for t in transcripts} == {"answered"} and len(transcripts) == len(qs) - 1
     again = run_batch(db, qs, answers, ScriptedChat())
     assert again.answered == 0 and again.skipped == len(qs)
+
+
+def test_a_log_check_names_what_the_template_hides_from_a_line_of_the_window(every_fault_store):
+    db, truth = every_fault_store
+    case = next(r for r in map(json.loads, truth.read_text().splitlines()) if r["fault_type"] == "jvm exception")
+    question = next(q for q in load_questions(truth.parent / "input.json") if q.uuid == case["uuid"])
+    found = run_tool(Context(connect(db), question), "log_templates", case["service"])
+    rule = case["key_metrics"][0]  # the Byteman rule's name, a variable of its template
+    assert any(rule in key for key in found.keys)
