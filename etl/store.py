@@ -53,6 +53,10 @@ MIGRATIONS = [
     alter table log_template_minute add column errors bigint;
     insert or ignore into dirty_days select distinct ts::date from log_lines;
     """),
+    ("the span offset of a call (Nezha's NetworkP90)", """
+    alter table trace_edge_minute add column offset_p90_us double;
+    insert or ignore into dirty_days select distinct ts::date from spans;
+    """),
 ]
 
 # One line per table for `rcalab schema`.
@@ -68,8 +72,9 @@ DESCRIPTIONS = {
     "log_template_minute": "log lines per component, template and minute, and how many of them are errors",
     "metric_anomaly": "robust z-score of each metric point against the trailing hour (median, MAD)",
     "changepoints": "change points per series and day (ruptures KernelCPD, linear kernel) with levels around them",
-    "trace_edge_minute": "caller -> callee calls, errors, latency percentiles and the caller-side gap "
-                         "(caller span minus callee span) per minute (pods too)",
+    "trace_edge_minute": "caller -> callee calls, errors, latency percentiles, the caller-side gap "
+                         "(caller span minus callee span) and the span offset (caller span end minus callee "
+                         "span end, p90) per minute (pods too)",
     "span_self_minute": "per service, pod and minute: spans, errors, errors that start there (no failing child), "
                         "self time (a span less its children) and span p95",
     "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
@@ -91,6 +96,10 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     elif not con.execute("select 1 from information_schema.tables where table_name = 'schema_version'").fetchall():
         con.close()
         raise StoreError(f"{path} is a DuckDB file but not an rcalab store; build one with 'rcalab etl DUMP --db {path}'")
+    elif (step := con.execute("select max(step) from schema_version").fetchall()[0][0] or 0) < len(MIGRATIONS):
+        con.close()
+        raise StoreError(f"{path} was built by an older rcalab (schema {step} of {len(MIGRATIONS)}); "
+                         f"bring it up to date with 'rcalab etl DUMP --db {path}'")
     return con
 
 

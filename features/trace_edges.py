@@ -3,7 +3,9 @@
 An edge is a span whose child runs in another service. A failed client span with no child
 (the callee never answered: connection refused, DNS) still counts, with the callee taken from
 its gRPC operation name. The gap of an edge (caller span less callee span) is the time spent
-between the two: network, queues, or the caller's own work around the call.
+between the two: network, queues, or the caller's own work around the call. Its offset (the caller
+span's end less the callee span's end) is the return leg alone: Nezha's span offset, whose p90 it
+calls a pod's NetworkP90(ms); a delay on the callee's traffic lengthens it.
 
 Self time is a span less its children, on server (or unmarked) spans: where a service itself
 got slow (CPU, GC, code), its self time rises, while its callers' self time stays flat. An
@@ -24,18 +26,19 @@ def refresh_trace_edges(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
             select date_trunc('minute', p.ts) as minute, p.service as caller, p.pod as caller_pod,
                    c.service as callee, c.pod as callee_pod, p.duration_us as dur, c.duration_us as callee_dur,
                    p.duration_us - c.duration_us as gap,
+                   (epoch_us(p.ts) + p.duration_us) - (epoch_us(c.ts) + c.duration_us) as offset_us,
                    (coalesce(p.status_code, 0) <> 0 or coalesce(c.status_code, 0) <> 0) as err
             from s p join s c on c.parent_span_id = p.span_id and c.trace_id = p.trace_id
             where p.service <> c.service
             union all
             select date_trunc('minute', p.ts), p.service, p.pod, lower(regexp_extract(p.operation, '\.(\w+)/', 1)),
-                   null, p.duration_us, null, null, true
+                   null, p.duration_us, null, null, null, true
             from s p anti join s c on c.parent_span_id = p.span_id and c.trace_id = p.trace_id
             where p.kind = 'client' and coalesce(p.status_code, 0) <> 0
         )
         select minute, caller, caller_pod, callee, callee_pod, count(*), sum(err::int),
                quantile_cont(dur, 0.5), quantile_cont(dur, 0.95), quantile_cont(dur, 0.99),
-               quantile_cont(callee_dur, 0.95), quantile_cont(gap, 0.95)
+               quantile_cont(callee_dur, 0.95), quantile_cont(gap, 0.95), quantile_cont(offset_us, 0.9)
         from pairs group by all""", [lo, hi])
     return con.execute("select count(*) from trace_edge_minute where minute >= ? and minute < ?",
                        [lo, hi]).fetchall()[0][0]

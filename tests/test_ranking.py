@@ -52,9 +52,9 @@ class Tiny:
                 for j in range(per_minute)]
         self.con.executemany("insert into log_lines values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0):
-        """Traces down a chain of services, four a minute; `slow` delays calls into it in the window,
-        `slower` takes `own_us` longer itself."""
+    def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0, leg="return"):
+        """Traces down a chain of services, four a minute; `slow` delays calls into it in the window (their
+        return `leg`, or the request leg: the callee starts late), `slower` takes `own_us` longer itself."""
         rows = []
         for i in range(MINUTES):
             for k in range(4):
@@ -64,8 +64,9 @@ class Tiny:
                     extra = gap_us if during(i) and slow in services[depth + 1:] else 0
                     extra += own_us if during(i) and slower in services[depth:] else 0
                     parent = f"{trace}-{depth - 1}" if depth else None
-                    rows.append((trace, f"{trace}-{depth}", parent, ts, dur + extra, svc, f"{svc}-0", "node-1", "op",
-                                 None, None, 1))
+                    late = gap_us if during(i) and leg == "request" and svc == slow else 0
+                    rows.append((trace, f"{trace}-{depth}", parent, ts + dt.timedelta(microseconds=late), dur + extra,
+                                 svc, f"{svc}-0", "node-1", "op", None, None, 1))
                     dur -= 10_000
         self.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
@@ -153,6 +154,14 @@ def test_a_slow_link_belongs_to_the_end_all_of_whose_links_are_slow(tiny):
     links = sorted((i for i in items if i.signal == "link"), key=lambda i: -i.score)
     assert links[0].component == "c"
     assert {i.component for i in links} <= {"b", "c", "d"}
+    assert links[0].key == "NetworkP90(ms)" and "NetworkP90(ms) of c" in links[0].text  # its answers came late
+
+
+def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):
+    tiny.chain(["a", "b", "c"], slow="c", gap_us=400_000, leg="request")
+    tiny.chain(["d", "c"], slow="c", gap_us=400_000, leg="request")
+    links = [i for i in traces.collect(tiny.done(), Window(START, END)) if i.signal == "link"]
+    assert links and all(i.key == "call latency" for i in links)
 
 
 def test_a_call_that_is_slow_because_its_callee_is_slow_is_no_slow_link(tiny):

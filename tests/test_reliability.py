@@ -301,3 +301,13 @@ def test_a_nezha_metric_row_takes_its_time_from_the_text_where_the_epoch_is_wron
     db = tmp_path / "store.duckdb"
     assert not run_etl(tmp_path / "dump", db, "nezha").failed
     assert count(db, "select min(ts)::text from metric_points") == "2022-08-22 03:50:19"
+
+
+def test_a_store_of_an_older_schema_asks_for_an_etl_run(tmp_path):
+    db = tmp_path / "old.duckdb"
+    store.connect(db).execute("delete from schema_version where step = (select max(step) from schema_version)").close()
+    (tmp_path / "input.json").write_text(json.dumps([{"uuid": "u", "Anomaly Description":
+                                                      "from 2025-06-06T00:00:00Z to 2025-06-06T00:10:00Z"}]))
+    result = CliRunner().invoke(cli, ["digest", "--db", str(db), "--input", str(tmp_path / "input.json"), "--uuid", "u"])
+    assert result.exit_code == 1 and "was built by an older rcalab" in result.output and f"--db {db}" in result.output
+    assert result.output.count("\n") == 1

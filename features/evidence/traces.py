@@ -3,7 +3,9 @@
 - links: the gap of a call (caller span less callee span) that grew and carries most of the call's
   slowdown (a callee that got slower itself lengthens the call, not the gap), given to the end whose
   links in that direction are all slow: a network fault on a pod slows all its calls in or out,
-  while its peers each have one slow link among healthy ones;
+  while its peers each have one slow link among healthy ones. Where the return leg of the slow calls
+  into that end (the span offset) got slower too, the link is named as Nezha names that measure,
+  NetworkP90(ms) of the callee;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
   and calls that get no answer at all.
 The baseline is the median minute of the other traced minutes within `TRACE_REACH`.
@@ -64,12 +66,15 @@ def collect(con, w: Window) -> list[Item]:
                               "error origin"))
     edges = rows(con, f"""
         with e as (select {DURING} as during, minute, caller, callee, sum(calls) as calls, sum(errors) as errors,
-                          max(gap_p95_us) as gap, max(p95_us) as p95, count(callee_pod) as answered
+                          max(gap_p95_us) as gap, max(offset_p90_us) as ret, max(p95_us) as p95,
+                          count(callee_pod) as answered
                    from trace_edge_minute where {MINUTES} and callee is not null group by all)
         select caller, callee, sum(calls) filter (where during) as calls,
                sum(errors) filter (where during) / sum(calls) filter (where during) as err,
                coalesce(sum(errors) filter (where not during) / sum(calls) filter (where not during), 0) as err_before,
                median(gap) filter (where during) as gap, median(gap) filter (where not during) as gap_before,
+               median(ret) filter (where during) as ret,
+               median(ret) filter (where not during) as ret_before,
                median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
                sum(answered) filter (where during) as answered
         from e group by caller, callee having sum(calls) filter (where during) >= $min_calls""", _params(w))
@@ -132,7 +137,18 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
         n = sum(1 for sc in scores if sc > 0)
         confidence = share(scores) * n / (n + 0.5)
         calls = "calls into" if direction == "in" else "calls from"
-        items.append(Item(end, "trace", score * confidence, "call latency",
-                          f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
-                          f"{fmt(e['gap'] / 1000)} ms; {n} of {len(scores)} {calls} {end} slow", "link"))
+        said = (f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
+                f"{fmt(e['gap'] / 1000)} ms; {n} of {len(scores)} {calls} {end} slow")
+        returning = [x for x in edges if x["callee"] == end and slow[x["caller"], x["callee"]] and _return_leg(x)]
+        if returning:
+            x = max(returning, key=lambda x: x["ret"] - x["ret_before"])
+            said = (f"trace NetworkP90(ms) of {end} (span offset, calls from {x['caller']}): "
+                    f"{fmt(x['ret_before'] / 1000)} -> {fmt(x['ret'] / 1000)} ms; {said}")
+        items.append(Item(end, "trace", score * confidence, "NetworkP90(ms)" if returning else "call latency",
+                          said, "link"))
     return items
+
+
+def _return_leg(e: dict) -> bool:
+    """The call's return leg (the callee span's end to the caller span's end) got slower too."""
+    return e["ret"] is not None and e["ret_before"] is not None and _ratio_score(e["ret"], e["ret_before"]) > 0
