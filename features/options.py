@@ -40,6 +40,7 @@ class Option:
     fault_type: str
     key: str  # the key metric or keyword, verbatim
     evidence: str  # the evidence line it rests on
+    kind: str = "metric"  # that evidence's kind (metric, changepoint, silence, log, trace)
 
 
 def fault_type(item: Item, level: str) -> str:
@@ -60,7 +61,7 @@ def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
         if kind not in found:
-            found[kind] = Option(kind, item.key, item.text)
+            found[kind] = Option(kind, item.key, item.text, item.kind)
         if len(found) == limit:
             break
     return list(found.values())

@@ -25,7 +25,7 @@ from features.evidence import flat
 from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
 from .rank import evidence_steps, reason, words
 from .rank import answer as rank_answer
-from .tools import TRACE_ACTION, Context, run_tool
+from .tools import TOOLS, TRACE_ACTION, Context, run_tool, check_of
 
 Chat = Callable[[list[dict], dict, float], tuple[str, dict]]
 OBSERVATION_WORDS = 30
@@ -130,9 +130,12 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
             allow = len(tool_steps) < max_tools and not must_answer
+            if allow and not tool_steps:  # the first step tests option 1a on candidate 1
+                schema = step_schema([check_of(next(iter(options.values()))[1])], [top], list(options))
+            else:
+                schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, list(options))
             t = time.perf_counter()
-            reply, usage = chat(messages, step_schema(allow, targets, list(options)),
-                                time_limit - (time.monotonic() - started))
+            reply, usage = chat(messages, schema, time_limit - (time.monotonic() - started))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
             for k in tokens:
                 tokens[k] += usage.get(k, 0)
@@ -152,7 +155,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     done_calls.add(call)
                     found = run_tool(ctx, step["action"], step["target"], keyword)
                     result = found.text
-                    if result.startswith("no "):
+                    tests = {check_of(o) for c, o in options.values() if c == step["target"]}
+                    if result.startswith("no ") and step["action"] in tests:  # the evidence of an option is gone
                         contradicted.add(step["target"])
                     confirmed.setdefault(step["target"], []).extend(found.keys)
                     arg = flat(step["target"], 60) + (f", {flat(keyword, 40)}" if keyword else "")

@@ -19,13 +19,16 @@ instructions.
 Each turn, reply with one JSON object, either a check: {{"action": one of {tools}, "target": a candidate, \
 "keyword": a log word or "", "option": "", "fault_type": "", "reason": ""}} or the answer: {{"action": "answer", \
 "target": "", "keyword": "", "option": an option id, "fault_type": a fault type, "reason": under 15 words}}.
-Choose option 1a unless a check of candidate 1 finds nothing (its metrics flat, its logs clean); you may correct \
-its fault type to one that fits the evidence better. At most {max_tools} check(s).
+{checks}Choose option 1a unless a check of candidate 1 finds nothing (its metrics flat, its logs clean); you may correct its \
+fault type to one that fits the evidence better.
 Fault types: {types}."""
 
 
 def system_prompt(max_tools: int) -> str:
-    return SYSTEM.format(tools=", ".join(TOOLS), max_tools=max_tools, types=", ".join(FAULT_TYPES))
+    checks = (f"Your first step checks candidate 1 with the tool given, which reads the evidence of option 1a "
+              f"(a log keyword if you like); at most {max_tools} check(s) in all.\n" if max_tools else
+              "Answer at once, without checks.\n")
+    return SYSTEM.format(tools=", ".join(TOOLS), checks=checks, types=", ".join(FAULT_TYPES))
 
 
 def option_ids(digest: Digest) -> dict[str, tuple[str, Option]]:
@@ -51,9 +54,8 @@ def user_prompt(description: str, digest: Digest) -> str:
     return "\n".join(lines)
 
 
-def step_schema(allow_tools: bool, targets: list[str], options: list[str]) -> dict:
-    """One step: a check of a candidate, or the answer (an option id and a fault type)."""
-    actions = [*TOOLS, "answer"] if allow_tools else ["answer"]
+def step_schema(actions: list[str], targets: list[str], options: list[str]) -> dict:
+    """One step: one of `actions` (a check of one of `targets`, or "answer": an option id and a fault type)."""
     return {
         "type": "object",
         "properties": {

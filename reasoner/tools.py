@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import duckdb
 
 from features.cases import Question
+from features.options import Option
 from features.evidence import BASELINE, GAP, Item, Window, changepoints, flat, logs, metrics, silence, traces
 
 MAX_LINES = 4
@@ -97,6 +98,15 @@ TOOLS = {f.__name__: f for f in (metric_anomalies, log_templates, trace_edges, n
 # How each tool appears in the reasoning trace (the judge reads these action names).
 TRACE_ACTION = {"metric_anomalies": "MetricAnalysis", "log_templates": "LogSearch", "trace_edges": "TraceAnalysis",
                 "neighbours": "TopologyLookup"}
+
+
+# The tool that reads the kind of evidence an option rests on: it tests the option.
+CHECK_OF_KIND = {"metric": "metric_anomalies", "changepoint": "metric_anomalies", "silence": "metric_anomalies",
+                "log": "log_templates", "trace": "trace_edges"}
+
+
+def check_of(option: Option) -> str:
+    return CHECK_OF_KIND.get(option.kind, "metric_anomalies")
 
 
 def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> Result:

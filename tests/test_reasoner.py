@@ -6,11 +6,13 @@ import duckdb
 import pytest
 
 from features.cases import load_questions
+from features.digest import build_digest
 from reasoner import agent
 from reasoner.agent import openai_chat
 from reasoner.batch import answered_uuids, run_batch, transcripts_path
 from reasoner.llm import LLMConfig, client, free_port
-from reasoner.tools import Context, run_tool
+from reasoner.prompt import option_ids
+from reasoner.tools import Context, run_tool, check_of
 
 CASE = "38ee3d45-82"  # pod failure of cartservice
 
@@ -57,6 +59,10 @@ def run(db, questions, chat, uuid=CASE, **kw):
     return agent.diagnose(chat, connect(db), questions[uuid], **kw)
 
 
+def ranked_digest(db, questions, uuid=CASE):
+    return build_digest(connect(db), questions[uuid])
+
+
 def ranked(db, questions, uuid=CASE):
     return agent.rank_only(connect(db), questions[uuid])
 
@@ -75,7 +81,9 @@ def test_the_model_checks_then_chooses_an_option(db, questions):
     assert set(out.answer) == {"uuid", "component", "reason", "reasoning_trace"}
     first_prompt, schema = chat.asked[0][0][1]["content"], chat.asked[0][1]
     assert "option 1a:" in first_prompt and "1a" in schema["properties"]["option"]["enum"]
-    assert "cartservice" in schema["properties"]["target"]["enum"]
+    # The first step tests option 1a on candidate 1 with the tool that reads the evidence it rests on.
+    assert schema["properties"]["action"]["enum"] == [check_of(option_ids(ranked_digest(db, questions))["1a"][1])]
+    assert schema["properties"]["target"]["enum"] == ["cartservice", ""]
     assert chat.asked[1][1]["properties"]["action"]["enum"] == ["answer"]  # one check, then the answer
     assert out.transcript["tool_calls"] == 1 and out.transcript["tokens"] == {"prompt_tokens": 20,
                                                                               "completion_tokens": 10}
@@ -119,6 +127,15 @@ def test_a_lower_candidate_needs_a_check_that_finds_nothing_on_the_first(db, que
     assert out.transcript["status"] == "fallback" and out.answer["component"] == "cartservice"
 
 
+def test_only_a_check_of_the_evidence_an_option_rests_on_can_find_it_gone(db, questions):
+    tests = {check_of(o) for c, o in option_ids(ranked_digest(db, questions)).values() if c == "cartservice"}
+    assert "log_templates" not in tests  # pod failure rests on metrics; its logs say nothing either way
+    chat = ScriptedChat(check("log_templates", "cartservice", "no-such-word"), answer("2a"), answer("2a"))
+    out = run(db, questions, chat)
+    assert chat.asked[1][0][-1]["content"].startswith("Result of log_templates(cartservice, no-such-word):\nno ")
+    assert out.error.startswith("option 2a is not candidate 1's") and out.answer["component"] == "cartservice"
+
+
 def test_the_token_count_covers_every_call(db, questions):
     chat = ScriptedChat("bad", check("metric_anomalies", "cartservice"), answer())
     out = run(db, questions, chat)
@@ -129,7 +146,7 @@ def test_the_token_count_covers_every_call(db, questions):
 def test_a_repeated_check_forces_the_answer(db, questions):
     chat = ScriptedChat(check("trace_edges", "cartservice"), check("trace_edges", "cartservice"), answer())
     out = run(db, questions, chat, max_tools=3)
-    assert out.transcript["status"] == "answered" and out.transcript["tool_calls"] == 1
+    assert out.transcript["status"] == "answered" and out.transcript["tool_calls"] == 1, out.error
     assert chat.asked[2][1]["properties"]["action"]["enum"] == ["answer"]
 
 
