@@ -1,6 +1,7 @@
-"""The `llm` agent: the model reads the ranking's options, checks the top candidate with a read-only tool
-if it wants, and chooses an option (and may correct its fault type). The reason is composed so that it
-begins with the option's key metric or keyword; the reasoning trace is made from the steps taken.
+"""The `llm` agent: the model reads the ranking's options, tests option 1a on the top candidate with the
+read-only tool that reads the kind of evidence it rests on, and chooses an option (and may correct its
+fault type). The reason is composed so that it begins with the option's key metric or keyword; the
+reasoning trace is made from the steps taken.
 Where the model fails (malformed twice, endpoint down, time limit), the `rank` answer stands.
 
 The model is called through `Chat`: a function from (messages, JSON schema, seconds it may take)
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import duckdb
+import openai
 
 from features.cases import Question
 from features.digest import build_digest
@@ -25,7 +27,7 @@ from features.evidence import flat
 from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
 from .rank import evidence_steps, reason, words
 from .rank import answer as rank_answer
-from .tools import TOOLS, TRACE_ACTION, Context, run_tool, check_of
+from .tools import TOOLS, TRACE_ACTION, Context, check_of, run_tool
 
 Chat = Callable[[list[dict], dict, float], tuple[str, dict]]
 OBSERVATION_WORDS = 30
@@ -187,7 +189,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             raise CaseFailed("step limit reached without an answer")
     except CaseFailed as e:
         outcome.error = str(e)
-    except Exception as e:  # the endpoint: down, slow, or refusing; the batch goes on
+    except (openai.OpenAIError, OSError) as e:  # the endpoint: down, slow, refusing; the batch goes on
         outcome.error = f"LLM call failed: {type(e).__name__}: {e}"
     status = "answered"
     if outcome.answer is None:  # the ranking's evidence-backed answer stands; nothing is made up

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import duckdb
 
 from features.cases import Question
-from features.options import Option
 from features.evidence import BASELINE, GAP, Item, Window, changepoints, flat, logs, metrics, silence, traces
+from features.options import Option
 
 MAX_LINES = 4
 
@@ -29,9 +29,12 @@ class Result:
     keys: tuple[str, ...] = ()  # the metric names and log keywords the check found moving, verbatim
 
 
-def _of(item: Item, component: str) -> bool:
-    """An item of the component, or of one of its pods (a service covers its pods)."""
-    return item.component == component or item.component.startswith(f"{component}-")
+def _names(ctx: Context, component: str) -> set[str]:
+    """The component and what the ranking counts as its: a service's pods; a pod's service, whose service-wide
+    evidence (traces, APM) goes to its one anomalous replica."""
+    placed = ctx.con.execute("select pod, service from placement where pod = ? or service = ?",
+                             [component, component]).fetchall()
+    return {component, *(n for pod, service in placed for n in (pod, service))}
 
 
 def _window(ctx: Context) -> Window:
@@ -44,9 +47,10 @@ def _items(found: list[Item], nothing: str) -> Result:
 
 
 def metric_anomalies(ctx: Context, component: str) -> Result:
-    """Metrics of a component (a service covers its pods) that left their baseline, shifted or stopped in the window."""
+    """Metrics of a component (a service covers its pods, a pod its service) that left their baseline, shifted or stopped in the window."""
     w = _window(ctx)
-    found = [i for family in (metrics, changepoints, silence) for i in family.collect(ctx.con, w) if _of(i, component)]
+    names = _names(ctx, component)
+    found = [i for family in (metrics, changepoints, silence) for i in family.collect(ctx.con, w) if i.component in names]
     return _items(found, f"no metric of {flat(component, 60)} left its baseline")
 
 
@@ -75,8 +79,9 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
 
 
 def trace_edges(ctx: Context, component: str) -> Result:
-    """Traced calls into and out of a service in the window: errors, call gaps and its own (self) time."""
-    found = [i for i in traces.collect(ctx.con, _window(ctx)) if _of(i, component) or component in i.text]
+    """Traced calls into and out of a service (or a pod's service) in the window: errors, call gaps, its self time."""
+    names = _names(ctx, component)
+    found = [i for i in traces.collect(ctx.con, _window(ctx)) if i.component in names or component in i.text]
     return _items(found, f"no traced calls of {flat(component, 60)} changed")
 
 

@@ -189,3 +189,15 @@ def test_a_log_check_names_what_the_template_hides_from_a_line_of_the_window(eve
     found = run_tool(Context(connect(db), question), "log_templates", case["service"])
     rule = case["key_metrics"][0]  # the Byteman rule's name, a variable of its template
     assert any(rule in key for key in found.keys)
+
+
+def test_a_check_of_a_pod_reads_the_service_wide_evidence_the_ranking_gave_it(every_fault_store):
+    db, truth = every_fault_store
+    con = connect(db)
+    checked = 0
+    for q in load_questions(truth.parent / "input.json"):
+        top = next(iter(build_digest(con, q).candidates), None)
+        if top and top.level == "pod" and any(e.kind == "trace" and e.component != top.component for e in top.evidence):
+            assert not run_tool(Context(con, q), "trace_edges", top.component).text.startswith("no ")
+            checked += 1
+    assert checked
