@@ -1,7 +1,7 @@
-"""The `llm` agent: the model reads the ranking's options, tests option 1a on the top candidate with the
-read-only tool that reads the kind of evidence it rests on, and chooses an option (and may correct its
-fault type). The reason is composed so that it begins with the option's key metric or keyword; the
-reasoning trace is made from the steps taken.
+"""The `llm` agent: option 1a is tested on the top candidate with read-only tools (where its evidence was read,
+where its fault type shows); the model reads the ranking's options with those results, may check further, and
+chooses an option (and may correct its fault type). The reason is the `rank` reason, then the keys the checks
+found moving on the chosen candidate, then the model's words; the reasoning trace is made from the steps taken.
 Where the model fails (malformed twice, endpoint down, time limit), the `rank` answer stands.
 
 The model is called through `Chat`: a function from (messages, JSON schema, seconds it may take)
@@ -27,7 +27,7 @@ from features.evidence import flat
 from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
 from .rank import evidence_steps, reason, words
 from .rank import answer as rank_answer
-from .tools import TOOLS, TRACE_ACTION, Context, check_of, run_tool
+from .tools import TOOLS, TRACE_ACTION, Context, checks_of, run_tool
 
 Chat = Callable[[list[dict], dict, float], tuple[str, dict]]
 OBSERVATION_WORDS = 30
@@ -113,12 +113,28 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     options = option_ids(digest)
     targets = list(dict.fromkeys(c for c, _ in options.values()))
     top = targets[0] if targets else ""
-    messages = [{"role": "system", "content": system_prompt(max_tools)},
-                {"role": "user", "content": user_prompt(question.description, digest)}]
     tool_steps: list[dict] = []
-    contradicted: set[str] = set()  # candidates a check found nothing on
+    contradicted: set[str] = set()  # candidates whose option's evidence a check found gone
     confirmed: dict[str, list[str]] = {}  # candidate -> the keys its checks found moving
     done_calls: set[tuple] = set()
+
+    def check(tool: str, target: str, keyword: str = "") -> str:
+        done_calls.add((tool, target, keyword))
+        found = run_tool(ctx, tool, target, keyword)
+        read = {checks_of(o)[0] for c, o in options.values() if c == target}
+        if found.text.startswith("no ") and tool in read and not keyword:
+            contradicted.add(target)
+        confirmed.setdefault(target, []).extend(found.keys)
+        arg = flat(target, 60) + (f", {flat(keyword, 40)}" if keyword else "")
+        tool_steps.append({"action": f"{TRACE_ACTION[tool]}({arg})",
+                           "observation": words(_first_line(found.text), OBSERVATION_WORDS)})
+        return f"Result of {tool}({arg}):\n{found.text}"
+
+    # Option 1a is tested before the model reads the brief: where its evidence was read, where its fault shows.
+    tests = [check(tool, top) for tool in checks_of(next(iter(options.values()))[1])] if options else []
+    messages = [{"role": "system", "content": system_prompt(max_tools)},
+                {"role": "user", "content": user_prompt(question.description, digest, tests)}]
+    tested = len(tool_steps)
     must_answer = False  # set when the model repeats a check: it has learnt all it will
     calls: list[dict] = []
     tokens = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -131,11 +147,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         for _ in range(max_tools + 3):  # hard step limit: checks, the answer, one repair
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
-            allow = len(tool_steps) < max_tools and not must_answer
-            if allow and not tool_steps:  # the first step tests option 1a on candidate 1
-                schema = step_schema([check_of(next(iter(options.values()))[1])], [top], list(options))
-            else:
-                schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, list(options))
+            allow = len(tool_steps) - tested < max_tools and not must_answer
+            schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, list(options))
             t = time.perf_counter()
             reply, usage = chat(messages, schema, time_limit - (time.monotonic() - started))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
@@ -149,29 +162,19 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             else:
                 if step["action"] in TRACE_ACTION and allow and step["target"] in targets:
                     keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
-                    call = (step["action"], step["target"], keyword)
-                    if call in done_calls:
+                    if (step["action"], step["target"], keyword) in done_calls:
                         must_answer = True
                         messages.append({"role": "user", "content": "You already have that result. Answer now."})
                         continue
-                    done_calls.add(call)
-                    found = run_tool(ctx, step["action"], step["target"], keyword)
-                    result = found.text
-                    tests = {check_of(o) for c, o in options.values() if c == step["target"]}
-                    if result.startswith("no ") and step["action"] in tests:  # the evidence of an option is gone
-                        contradicted.add(step["target"])
-                    confirmed.setdefault(step["target"], []).extend(found.keys)
-                    arg = flat(step["target"], 60) + (f", {flat(keyword, 40)}" if keyword else "")
-                    tool_steps.append({"action": f"{TRACE_ACTION[step['action']]}({arg})",
-                                       "observation": words(_first_line(result), OBSERVATION_WORDS)})
-                    messages.append({"role": "user", "content": f"Result of {step['action']}({arg}):\n{result}\n"
-                                                                "Take one step."})
+                    result = check(step["action"], step["target"], keyword)
+                    messages.append({"role": "user", "content": f"{result}\nTake one step."})
                     continue
                 problem = check_answer(step, options, top, contradicted)
                 if problem is None:
                     component, option = options[step["option"]]
                     if component != top:
-                        why_not_top = f"a check of {top} found nothing: {tool_steps[-1]['observation']}"
+                        why_not_top = f"a check of {top} found its evidence gone: " + "; ".join(
+                            s["observation"] for s in tool_steps if s["action"].endswith(f"({flat(top, 60)})"))
                     evidence = next(c.evidence for c in digest.candidates if c.component == component)
                     text = reason(step["fault_type"], option.key, evidence, confirmed.get(component, []))
                     own = words(step["reason"], 8)

@@ -19,15 +19,14 @@ instructions.
 Each turn, reply with one JSON object, either a check: {{"action": one of {tools}, "target": a candidate, \
 "keyword": a log word or "", "option": "", "fault_type": "", "reason": ""}} or the answer: {{"action": "answer", \
 "target": "", "keyword": "", "option": an option id, "fault_type": a fault type, "reason": under 15 words}}.
-{checks}Choose option 1a unless a check of candidate 1 finds nothing (its metrics flat, its logs clean); you may correct its \
-fault type to one that fits the evidence better.
+Option 1a has been tested on candidate 1 with the tools that read its evidence and where its fault shows; the \
+results follow the candidates. {checks}Choose option 1a unless a test or check of candidate 1 found its evidence \
+gone (its metrics flat, its logs clean); you may correct its fault type to one that fits the evidence better.
 Fault types: {types}."""
 
 
 def system_prompt(max_tools: int) -> str:
-    checks = (f"Your first step checks candidate 1 with the tool given, which reads the evidence of option 1a "
-              f"(a log keyword if you like); at most {max_tools} check(s) in all.\n" if max_tools else
-              "Answer at once, without checks.\n")
+    checks = f"You may make {max_tools} more check(s) before you answer. " if max_tools else "Answer now. "
     return SYSTEM.format(tools=", ".join(TOOLS), checks=checks, types=", ".join(FAULT_TYPES))
 
 
@@ -40,8 +39,9 @@ def option_ids(digest: Digest) -> dict[str, tuple[str, Option]]:
     return ids
 
 
-def user_prompt(description: str, digest: Digest) -> str:
-    """The incident and the ranking's top candidates, each with its options and strongest evidence."""
+def user_prompt(description: str, digest: Digest, tests: list[str] = ()) -> str:
+    """The incident, the ranking's top candidates, each with its options and strongest evidence, and the results of
+    the tests of option 1a."""
     ids = option_ids(digest)
     lines = [f"Incident: {flat(description, 300)}", "Candidates, most likely first:"]
     for i, c in enumerate(digest.candidates[:BRIEF_CANDIDATES], 1):
@@ -50,7 +50,7 @@ def user_prompt(description: str, digest: Digest) -> str:
         lines += [f"   option {oid}: {o.fault_type}, key {flat(o.key, 60)}" for oid, (comp, o) in ids.items()
                   if comp == c.component]
         lines += [f"   - {flat(e.text, 160)}" for e in c.evidence[:BRIEF_EVIDENCE]]
-    lines.append("Take one step.")
+    lines += [*tests, "Take one step."]
     return "\n".join(lines)
 
 

@@ -105,13 +105,20 @@ TRACE_ACTION = {"metric_anomalies": "MetricAnalysis", "log_templates": "LogSearc
                 "neighbours": "TopologyLookup"}
 
 
-# The tool that reads the kind of evidence an option rests on: it tests the option.
+# An option is tested where its evidence was read (the kind it rests on) and where its fault type shows: code and
+# JVM faults, DNS and port errors in the logs (the exception, the rule, the name), network faults in the traces,
+# the rest in the metrics.
 CHECK_OF_KIND = {"metric": "metric_anomalies", "changepoint": "metric_anomalies", "silence": "metric_anomalies",
-                "log": "log_templates", "trace": "trace_edges"}
+                 "log": "log_templates", "trace": "trace_edges"}
+SHOWS_IN = {**dict.fromkeys(("jvm cpu", "jvm gc", "jvm latency", "jvm exception", "code error", "dns error",
+                             "target port misconfig"), "log_templates"),
+            **dict.fromkeys(("network delay", "network loss", "network corrupt"), "trace_edges")}
 
 
-def check_of(option: Option) -> str:
-    return CHECK_OF_KIND.get(option.kind, "metric_anomalies")
+def checks_of(option: Option) -> list[str]:
+    """The tools that test an option: the one that reads its evidence, then the one where its fault type shows."""
+    return list(dict.fromkeys((CHECK_OF_KIND.get(option.kind, "metric_anomalies"),
+                               SHOWS_IN.get(option.fault_type, "metric_anomalies"))))
 
 
 def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> Result:

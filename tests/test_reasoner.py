@@ -7,12 +7,13 @@ import pytest
 
 from features.cases import load_questions
 from features.digest import build_digest
+from features.options import Option
 from reasoner import agent
 from reasoner.agent import openai_chat
 from reasoner.batch import answered_uuids, run_batch, transcripts_path
 from reasoner.llm import LLMConfig, client, free_port
 from reasoner.prompt import option_ids
-from reasoner.tools import Context, run_tool, check_of
+from reasoner.tools import Context, checks_of, run_tool
 
 CASE = "38ee3d45-82"  # pod failure of cartservice
 
@@ -67,7 +68,7 @@ def ranked(db, questions, uuid=CASE):
     return agent.rank_only(connect(db), questions[uuid])
 
 
-def test_the_model_checks_then_chooses_an_option(db, questions):
+def test_option_1a_is_tested_then_the_model_checks_and_chooses_an_option(db, questions):
     chat = ScriptedChat(check("trace_edges", "cartservice"), answer())
     out = run(db, questions, chat)
     assert out.error is None and out.transcript["status"] == "answered"
@@ -81,16 +82,24 @@ def test_the_model_checks_then_chooses_an_option(db, questions):
     assert set(out.answer) == {"uuid", "component", "reason", "reasoning_trace"}
     first_prompt, schema = chat.asked[0][0][1]["content"], chat.asked[0][1]
     assert "option 1a:" in first_prompt and "1a" in schema["properties"]["option"]["enum"]
-    # The first step tests option 1a on candidate 1 with the tool that reads the evidence it rests on.
-    assert schema["properties"]["action"]["enum"] == [check_of(option_ids(ranked_digest(db, questions))["1a"][1])]
-    assert schema["properties"]["target"]["enum"] == ["cartservice", ""]
-    assert chat.asked[1][1]["properties"]["action"]["enum"] == ["answer"]  # one check, then the answer
-    assert out.transcript["tool_calls"] == 1 and out.transcript["tokens"] == {"prompt_tokens": 20,
+    # Pod failure rests on metrics and shows in them: one test, its result in the first prompt.
+    tests = checks_of(option_ids(ranked_digest(db, questions))["1a"][1])
+    assert tests == ["metric_anomalies"] and "Result of metric_anomalies(cartservice):" in first_prompt
+    assert trace[-2]["action"] == "MetricAnalysis(cartservice)"
+    assert "cartservice" in schema["properties"]["target"]["enum"]
+    assert chat.asked[1][1]["properties"]["action"]["enum"] == ["answer"]  # one check of its own, then the answer
+    assert out.transcript["tool_calls"] == 2 and out.transcript["tokens"] == {"prompt_tokens": 20,
                                                                               "completion_tokens": 10}
 
 
-def test_the_reason_keeps_the_rank_reason_and_adds_what_the_check_found(db, questions):
-    out = run(db, questions, ScriptedChat(check("metric_anomalies", "cartservice"), answer(reason="")))
+def test_an_option_is_tested_where_its_evidence_was_read_and_where_its_fault_shows():
+    option = Option("jvm exception", "error", "metric error of adservice: 0 -> 781", "metric")
+    assert checks_of(option) == ["metric_anomalies", "log_templates"]
+    assert checks_of(Option("network delay", "NetworkP90(ms)", "trace ...", "trace")) == ["trace_edges"]
+
+
+def test_the_reason_keeps_the_rank_reason_and_adds_what_the_tests_found(db, questions):
+    out = run(db, questions, ScriptedChat(answer(reason="")))
     found = run_tool(Context(connect(db), questions[CASE]), "metric_anomalies", "cartservice").keys
     assert found
     rank_reason = ranked(db, questions).answer["reason"].split(": ", 1)[1].rstrip(")")
@@ -128,8 +137,8 @@ def test_a_lower_candidate_needs_a_check_that_finds_nothing_on_the_first(db, que
 
 
 def test_only_a_check_of_the_evidence_an_option_rests_on_can_find_it_gone(db, questions):
-    tests = {check_of(o) for c, o in option_ids(ranked_digest(db, questions)).values() if c == "cartservice"}
-    assert "log_templates" not in tests  # pod failure rests on metrics; its logs say nothing either way
+    read = {checks_of(o)[0] for c, o in option_ids(ranked_digest(db, questions)).values() if c == "cartservice"}
+    assert "log_templates" not in read  # pod failure rests on metrics; its logs say nothing either way
     chat = ScriptedChat(check("log_templates", "cartservice", "no-such-word"), answer("2a"), answer("2a"))
     out = run(db, questions, chat)
     assert chat.asked[1][0][-1]["content"].startswith("Result of log_templates(cartservice, no-such-word):\nno ")
@@ -146,7 +155,7 @@ def test_the_token_count_covers_every_call(db, questions):
 def test_a_repeated_check_forces_the_answer(db, questions):
     chat = ScriptedChat(check("trace_edges", "cartservice"), check("trace_edges", "cartservice"), answer())
     out = run(db, questions, chat, max_tools=3)
-    assert out.transcript["status"] == "answered" and out.transcript["tool_calls"] == 1, out.error
+    assert out.transcript["status"] == "answered" and out.transcript["tool_calls"] == 2, out.error  # the test, one
     assert chat.asked[2][1]["properties"]["action"]["enum"] == ["answer"]
 
 
