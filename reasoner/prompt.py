@@ -55,15 +55,17 @@ def user_prompt(description: str, digest: Digest, tests: list[str] = ()) -> str:
 
 
 def step_schema(actions: list[str], targets: list[str], options: list[str]) -> dict:
-    """One step: one of `actions` (a check of one of `targets`, or "answer": an option id and a fault type)."""
+    """One step: one of `actions` (a check of one of `targets`, or "answer": an option id and a fault type). Where
+    only an answer may follow, the option and the fault type cannot be left blank."""
+    blank = [] if actions == ["answer"] else [""]
     return {
         "type": "object",
         "properties": {
             "action": {"type": "string", "enum": actions},
             "target": {"type": "string", "enum": [*targets, ""]},
             "keyword": {"type": "string", "maxLength": 40},
-            "option": {"type": "string", "enum": [*options, ""]},
-            "fault_type": {"type": "string", "enum": [*FAULT_TYPES, ""]},
+            "option": {"type": "string", "enum": [*options, *blank]},
+            "fault_type": {"type": "string", "enum": [*FAULT_TYPES, *blank]},
             "reason": {"type": "string", "maxLength": 120},
         },
         "required": ["action", "target", "keyword", "option", "fault_type", "reason"],

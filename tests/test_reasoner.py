@@ -87,7 +87,9 @@ def test_option_1a_is_tested_then_the_model_checks_and_chooses_an_option(db, que
     assert tests == ["metric_anomalies"] and "Result of metric_anomalies(cartservice):" in first_prompt
     assert trace[-2]["action"] == "MetricAnalysis(cartservice)"
     assert "cartservice" in schema["properties"]["target"]["enum"]
-    assert chat.asked[1][1]["properties"]["action"]["enum"] == ["answer"]  # one check of its own, then the answer
+    answer_only = chat.asked[1][1]["properties"]
+    assert answer_only["action"]["enum"] == ["answer"]  # one check of its own, then the answer
+    assert "" not in answer_only["option"]["enum"] and "" not in answer_only["fault_type"]["enum"]
     assert out.transcript["tool_calls"] == 2 and out.transcript["tokens"] == {"prompt_tokens": 20,
                                                                               "completion_tokens": 10}
 
