@@ -135,7 +135,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     messages = [{"role": "system", "content": system_prompt(max_tools)},
                 {"role": "user", "content": user_prompt(question.description, digest, tests)}]
     tested = len(tool_steps)
-    must_answer = False  # set when the model repeats a check: it has learnt all it will
+    must_answer = False  # set when the model repeats a check (it has learnt all it will) or is repaired
     calls: list[dict] = []
     tokens = {"prompt_tokens": 0, "completion_tokens": 0}
     repairs = 1
@@ -186,6 +186,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             if repairs == 0:
                 raise CaseFailed(problem)
             repairs -= 1
+            must_answer = True  # the repair is an answer, in the answer's schema
             messages.append({"role": "user", "content": f"Not accepted: {problem}. Reply with one JSON object "
                                                         "as described; action \"answer\"."})
         else:

@@ -119,6 +119,14 @@ def test_a_malformed_reply_gets_one_repair(db, questions):
     assert out.transcript["status"] == "answered" and out.answer["component"] == "cartservice"
 
 
+def test_a_repair_is_asked_for_in_the_answer_s_schema(db, questions):
+    chat = ScriptedChat(answer(option=""), answer())
+    out = run(db, questions, chat)
+    assert out.transcript["status"] == "answered"
+    repair = chat.asked[1][1]["properties"]
+    assert repair["action"]["enum"] == ["answer"] and "" not in repair["option"]["enum"]
+
+
 def test_malformed_twice_falls_back_to_the_ranking(db, questions):
     out = run(db, questions, ScriptedChat("not json", '{"action": "answer"}'))
     assert out.error.startswith("malformed reply (missing field target")
@@ -148,7 +156,7 @@ def test_only_a_check_of_the_evidence_an_option_rests_on_can_find_it_gone(db, qu
 
 
 def test_the_token_count_covers_every_call(db, questions):
-    chat = ScriptedChat("bad", check("metric_anomalies", "cartservice"), answer())
+    chat = ScriptedChat(check("metric_anomalies", "cartservice"), "bad", answer())
     out = run(db, questions, chat)
     assert len(out.transcript["calls"]) == 3
     assert out.transcript["tokens"] == {"prompt_tokens": 30, "completion_tokens": 15}
