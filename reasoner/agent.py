@@ -148,7 +148,9 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
             allow = len(tool_steps) - tested < max_tools and not must_answer
-            schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, list(options))
+            # The options open now: candidate 1's, or any once a check of candidate 1 found its evidence gone.
+            open_options = [o for o, (c, _) in options.items() if c == top or top in contradicted]
+            schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, open_options)
             t = time.perf_counter()
             reply, usage = chat(messages, schema, time_limit - (time.monotonic() - started))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})

@@ -55,8 +55,8 @@ def user_prompt(description: str, digest: Digest, tests: list[str] = ()) -> str:
 
 
 def step_schema(actions: list[str], targets: list[str], options: list[str]) -> dict:
-    """One step: one of `actions` (a check of one of `targets`, or "answer": an option id and a fault type). Where
-    only an answer may follow, the option and the fault type cannot be left blank."""
+    """One step: one of `actions` (a check of one of `targets`, or "answer": one of the `options` open and a fault
+    type). Where only an answer may follow, the option and the fault type cannot be left blank."""
     blank = [] if actions == ["answer"] else [""]
     return {
         "type": "object",

@@ -13,7 +13,7 @@ from reasoner.agent import openai_chat
 from reasoner.batch import answered_uuids, run_batch, transcripts_path
 from reasoner.llm import LLMConfig, client, free_port
 from reasoner.prompt import option_ids
-from reasoner.tools import Context, checks_of, run_tool
+from reasoner.tools import Context, Result, checks_of, run_tool
 
 CASE = "38ee3d45-82"  # pod failure of cartservice
 
@@ -81,7 +81,8 @@ def test_option_1a_is_tested_then_the_model_checks_and_chooses_an_option(db, que
     assert trace[-1]["action"] == "TraceAnalysis(cartservice)" and "cartservice" in trace[-1]["observation"]
     assert set(out.answer) == {"uuid", "component", "reason", "reasoning_trace"}
     first_prompt, schema = chat.asked[0][0][1]["content"], chat.asked[0][1]
-    assert "option 1a:" in first_prompt and "1a" in schema["properties"]["option"]["enum"]
+    firsts = [o for o, (c, _) in option_ids(ranked_digest(db, questions)).items() if c == "cartservice"]
+    assert "option 1a:" in first_prompt and schema["properties"]["option"]["enum"] == [*firsts, ""]
     # Pod failure rests on metrics and shows in them: one test, its result in the first prompt.
     tests = checks_of(option_ids(ranked_digest(db, questions))["1a"][1])
     assert tests == ["metric_anomalies"] and "Result of metric_anomalies(cartservice):" in first_prompt
@@ -153,6 +154,15 @@ def test_only_a_check_of_the_evidence_an_option_rests_on_can_find_it_gone(db, qu
     out = run(db, questions, chat)
     assert chat.asked[1][0][-1]["content"].startswith("Result of log_templates(cartservice, no-such-word):\nno ")
     assert out.error.startswith("option 2a is not candidate 1's") and out.answer["component"] == "cartservice"
+
+
+def test_a_test_that_finds_candidate_1_s_evidence_gone_opens_the_other_options(db, questions, monkeypatch):
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window"))
+    chat = ScriptedChat(answer("2a"))
+    out = run(db, questions, chat)
+    assert "2a" in chat.asked[0][1]["properties"]["option"]["enum"]
+    assert out.transcript["status"] == "answered" and out.answer["component"] != "cartservice"
+    assert out.transcript["why_not_top"].startswith("a check of cartservice found its evidence gone")
 
 
 def test_the_token_count_covers_every_call(db, questions):
