@@ -25,6 +25,7 @@ def labelled_cases(dump: Path) -> list[dict]:
     root = Path(dump)
     indicators_file = next(root.rglob("root_cause_*.json"), None)  # root_cause_ts.json, root_cause_hipster.json
     indicators = json.loads(indicators_file.read_text()) if indicators_file else {}
+    system = indicators_file.stem.removeprefix("root_cause_") if indicators_file else ""  # Nezha's namespace
     rows = []
     for path in sorted(root.rglob("*fault_list.json")):
         try:
@@ -40,7 +41,7 @@ def labelled_cases(dump: Path) -> list[dict]:
             service = pod.rsplit("-", 2)[0]
             indicator = indicators.get(service, {}).get(kind)
             rows.append({
-                "fault_category": "nezha", "fault_type": kind, "instance_type": "service", "service": service,
+                "fault_category": "nezha", "system": system, "fault_type": kind, "instance_type": "service", "service": service,
                 "instance": service, "source": "", "destination": "",
                 "start_time": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "end_time": (start + WINDOW).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -392,8 +392,9 @@ def judge(truth, answers, rules, report, as_json):
             if t:
                 click.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in t.items() if k != "nezha_paper"))
                 if "nezha_paper" in t:
-                    click.echo(f"  beside the Nezha paper on Train Ticket: AS@1 {t['nezha_paper']['AS@1']:.2%}, "
-                               f"AS@3 {t['nezha_paper']['AS@3']:.2%}")
+                    paper = t["nezha_paper"]
+                    click.echo(f"  beside the Nezha paper on {paper['system']}: AS@1 {paper['AS@1']:.2%}, "
+                               f"AS@3 {paper['AS@3']:.2%}")
             for p in r["problems"][:20]:
                 click.echo(f"  {p}", err=True)
     if report:

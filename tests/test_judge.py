@@ -6,8 +6,12 @@ import math
 import pytest
 from click.testing import CliRunner
 
+from etl.cases import labelled_cases
 from judge.scoring import score
 from rcalab.cli import cli
+from reasoner.batch import transcripts_path
+
+from conftest import SHARED
 
 TRUTH = [
     {"uuid": "t1", "fault_type": "cpu stress", "instance_type": "service", "instance": "emailservice",
@@ -136,3 +140,15 @@ def test_semantic_rules_with_the_real_embedding_model(files):
     semantic = score(truth, answers, "semantic")
     sim = semantic.cases[1].similarity
     assert 0 < sim < 1 and semantic.cases[1].reason_ok == (sim >= 0.6)
+
+
+@pytest.mark.parametrize("day, system", [("nezha-trainticket", "Train Ticket"),
+                                         ("nezha-onlineboutique", "Online Boutique")])
+def test_a_nezha_day_is_set_beside_the_paper_s_figures_on_its_own_system(tmp_path, day, system):
+    rows = labelled_cases(SHARED / day)
+    truth = write(tmp_path / "truth.jsonl", rows)
+    answers = write(tmp_path / "answers.jsonl", [{"uuid": r["uuid"], "component": r["service"]} for r in rows])
+    write(transcripts_path(answers), [{"uuid": r["uuid"], "candidates": [r["service"]]} for r in rows])
+    result = CliRunner().invoke(cli, ["judge", "--truth", str(truth), "--answers", str(answers)])
+    assert result.exit_code == 0 and "AC@1 1.0" in result.output, result.output
+    assert f"beside the Nezha paper on {system}: AS@1" in result.output
