@@ -57,6 +57,9 @@ def fault_type(item: Item, level: str) -> str:
 
 
 def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
+    if any(i.signal in ("cpu", "processes") and not i.fell for i in evidence):
+        # A component's own latency and self time are what its cpu rising produces: the cpu names the fault.
+        evidence = sorted(evidence, key=lambda i: i.signal in ("latency", "self time"))
     found: dict[str, Option] = {}
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)

@@ -11,8 +11,9 @@ from etl import store
 from etl.loader import refresh_features
 from features.cases import Question
 from features.digest import build_digest
-from features.evidence import Window, logs, traces
+from features.evidence import Item, Window, logs, traces
 from features.graph import dependency_graph
+from features.options import options
 
 T0 = dt.datetime(2025, 6, 6, 8, 0)
 START, END = T0 + dt.timedelta(minutes=90), T0 + dt.timedelta(minutes=110)
@@ -206,3 +207,13 @@ def test_a_log_keyword_is_the_line_s_own_words_not_the_template_s_placeholder():
     line = '{"message":"Rule.execute called for adservice-getRandomAds-exception_0:0 rule x fired"}'
     assert "adservice-getRandomAds-exception" in logs.keyword(logs.verbatim(template, line))
     assert logs.verbatim(template, "a line of another shape") == template
+
+
+def test_a_cpu_that_rose_names_the_fault_before_the_latency_it_explains():
+    latency = Item("cart", "metric", 0.9, "PodServerLatencyP90(s)", "latency 0.02 -> 0.3", "latency")
+    self_time = Item("cart", "trace", 0.7, "span self time", "self time 2 -> 40 ms", "self time")
+    cpu = Item("cart", "changepoint", 0.6, "CpuUsage(m)", "CpuUsage(m) 3 -> 16", "cpu")
+    assert [(o.fault_type, o.key) for o in options([latency, self_time, cpu], "service")] == [
+        ("cpu stress", "CpuUsage(m)"), ("network delay", "PodServerLatencyP90(s)")]
+    fallen = Item("cart", "metric", 0.6, "CpuUsage(m)", "CpuUsage(m) 16 -> 3", "cpu", fell=True)
+    assert options([latency, fallen], "service")[0].fault_type == "network delay"
