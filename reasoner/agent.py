@@ -69,7 +69,8 @@ def _parse(reply: str) -> dict:
     step = json.loads(fence.group(0) if fence else text)
     if not isinstance(step, dict):
         raise ValueError("the reply is not a JSON object")
-    missing = [k for k in ("action", "target", "option", "fault_type", "reason") if not isinstance(step.get(k), str)]
+    fields = ("option", "fault_type", "reason") if step.get("action") == "answer" else ("target",)
+    missing = [k for k in ("action", *fields) if not isinstance(step.get(k), str)]
     if missing:
         raise ValueError(f"missing field {', '.join(missing)}")
     return step
@@ -77,10 +78,11 @@ def _parse(reply: str) -> dict:
 
 def check_answer(step: dict, options: dict, top: str, contradicted: set[str]) -> str | None:
     """Why an answer is not acceptable (with what would be), or None."""
-    if step["option"] not in options:
-        return f"'{flat(step['option'], 8)}' is not an option (options: {', '.join(options)})"
-    if step["fault_type"] not in FAULT_TYPES:
-        return f"'{flat(step['fault_type'], 40)}' is not one of the fault types"
+    option = step.get("option")
+    if not isinstance(option, str) or option not in options:
+        return f"'{flat(str(option), 8)}' is not an option (options: {', '.join(options)})"
+    if step.get("fault_type") not in FAULT_TYPES:
+        return f"'{flat(str(step.get('fault_type')), 40)}' is not one of the fault types"
     component = options[step["option"]][0]
     if component != top and top not in contradicted:
         firsts = ", ".join(o for o, (c, _) in options.items() if c == top)
@@ -164,13 +166,15 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             else:
                 if step["action"] in TRACE_ACTION and allow and step["target"] in targets:
                     keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
-                    if (step["action"], step["target"], keyword) in done_calls:
+                    if (step["action"], step["target"], keyword) not in done_calls:
+                        result = check(step["action"], step["target"], keyword)
+                        messages.append({"role": "user", "content": f"{result}\nTake one step."})
+                        continue
+                    if check_answer(step, options, top, contradicted) is not None:
                         must_answer = True
                         messages.append({"role": "user", "content": "You already have that result. Answer now."})
                         continue
-                    result = check(step["action"], step["target"], keyword)
-                    messages.append({"role": "user", "content": f"{result}\nTake one step."})
-                    continue
+                    # It asked again for a result it has, with its choice made: that choice is the answer.
                 problem = check_answer(step, options, top, contradicted)
                 if problem is None:
                     component, option = options[step["option"]]
@@ -179,7 +183,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                             s["observation"] for s in tool_steps if s["action"].endswith(f"({flat(top, 60)})"))
                     evidence = next(c.evidence for c in digest.candidates if c.component == component)
                     text = reason(step["fault_type"], option.key, evidence, confirmed.get(component, []))
-                    own = words(step["reason"], 8)
+                    own = words(str(step.get("reason", "")), 8)
                     trace = evidence_steps(digest, component) + tool_steps
                     outcome.answer = {"uuid": question.uuid, "component": component,
                                       "reason": words(f"{text}; {own}" if own else text, 20),

@@ -36,8 +36,7 @@ def check(tool, target, keyword=""):
 
 
 def answer(option="1a", fault_type="pod failure", reason="callers get no answer"):
-    return {"action": "answer", "target": "", "keyword": "", "option": option, "fault_type": fault_type,
-            "reason": reason}
+    return {"action": "answer", "option": option, "fault_type": fault_type, "reason": reason}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +90,7 @@ def test_option_1a_is_tested_then_the_model_checks_and_chooses_an_option(db, que
     answer_only = chat.asked[1][1]["properties"]
     assert answer_only["action"]["enum"] == ["answer"]  # one check of its own, then the answer
     assert "" not in answer_only["option"]["enum"] and "" not in answer_only["fault_type"]["enum"]
+    assert "target" not in answer_only  # the answer's schema has no check fields
     assert out.transcript["tool_calls"] == 2 and out.transcript["tokens"] == {"prompt_tokens": 20,
                                                                               "completion_tokens": 10}
 
@@ -130,7 +130,7 @@ def test_a_repair_is_asked_for_in_the_answer_s_schema(db, questions):
 
 def test_malformed_twice_falls_back_to_the_ranking(db, questions):
     out = run(db, questions, ScriptedChat("not json", '{"action": "answer"}'))
-    assert out.error.startswith("malformed reply (missing field target")
+    assert out.error.startswith("malformed reply (missing field option, fault_type, reason")
     assert out.transcript["status"] == "fallback" and out.answer == ranked(db, questions).answer
 
 
@@ -177,6 +177,14 @@ def test_a_repeated_check_forces_the_answer(db, questions):
     out = run(db, questions, chat, max_tools=3)
     assert out.transcript["status"] == "answered" and out.transcript["tool_calls"] == 2, out.error  # the test, one
     assert chat.asked[2][1]["properties"]["action"]["enum"] == ["answer"]
+
+
+def test_a_check_repeated_with_its_choice_made_is_the_answer(db, questions):
+    repeated = {**check("metric_anomalies", "cartservice"), "option": "1a", "fault_type": "pod kill"}
+    chat = ScriptedChat(repeated)  # metric_anomalies(cartservice) is option 1a's test
+    out = run(db, questions, chat)
+    assert out.transcript["status"] == "answered" and len(chat.asked) == 1, out.error
+    assert out.answer["component"] == "cartservice" and out.answer["reason"].startswith("pod kill: ")
 
 
 def test_the_rank_agent_answers_with_the_top_option_and_its_key_metric(db, questions):
