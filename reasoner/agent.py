@@ -105,7 +105,7 @@ def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
 
 
 def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, model: str = "",
-             max_tools: int = 1, time_limit: float = 600.0) -> Outcome:
+             max_tools: int = 0, time_limit: float = 600.0) -> Outcome:
     """Diagnose one case; the outcome carries the answer (the model's, or the ranking's where it failed),
     the reason the model failed if it did, and the transcript."""
     started = time.monotonic()

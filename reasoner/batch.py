@@ -82,7 +82,7 @@ class _Appender:
 
 
 def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | None, *, model: str = "",
-              concurrency: int = 1, limit: int | None = None, max_tools: int = 1, time_limit: float = 600.0,
+              concurrency: int = 1, limit: int | None = None, max_tools: int = 0, time_limit: float = 600.0,
               progress: Callable[[str], None] | None = None) -> BatchReport:
     answers = Path(answers)
     try:

@@ -55,8 +55,8 @@ def connect(db):
     return con
 
 
-def run(db, questions, chat, uuid=CASE, **kw):
-    return agent.diagnose(chat, connect(db), questions[uuid], **kw)
+def run(db, questions, chat, uuid=CASE, max_tools=1, **kw):
+    return agent.diagnose(chat, connect(db), questions[uuid], max_tools=max_tools, **kw)
 
 
 def ranked_digest(db, questions, uuid=CASE):
