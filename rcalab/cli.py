@@ -299,7 +299,7 @@ def digest(db, input_, uuid, as_json):
 @click.option("--limit", type=click.IntRange(min=1), help="Answer at most N new cases.")
 @click.option("--max-tools", type=click.IntRange(min=0, max=10), default=0, show_default=True,
               help="llm: checks the model may make after the tests of option 1a, before it answers "
-                   "(each costs a call; on 2 cores one check did not change an answer of the bench).")
+                   "(each costs a call; on the bench one check left LA and TA as they were).")
 @click.option("--time-limit", type=float, default=600.0, show_default=True, help="Seconds per case.")
 @click.option("--agent", type=click.Choice(["llm", "rank"]), default="llm", show_default=True,
               help="llm: the model confirms and chooses among the ranking's options; rank: the top option, no model.")
