@@ -41,8 +41,8 @@ def labelled_cases(dump: Path) -> list[dict]:
             service = pod.rsplit("-", 2)[0]
             indicator = indicators.get(service, {}).get(kind)
             rows.append({
-                "fault_category": "nezha", "system": system, "fault_type": kind, "instance_type": "service", "service": service,
-                "instance": service, "source": "", "destination": "",
+                "fault_category": "nezha", "system": system, "fault_type": kind, "instance_type": "service",
+                "service": service, "instance": service, "source": "", "destination": "",
                 "start_time": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "end_time": (start + WINDOW).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "uuid": f"nezha-{start:%Y%m%d-%H%M%S}", "key_observations": [],

@@ -164,17 +164,14 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             except (ValueError, json.JSONDecodeError) as e:
                 problem = f"malformed reply ({e})"
             else:
+                repeated = False  # a check it already has: with its choice made, that choice is the answer
                 if step["action"] in TRACE_ACTION and allow and step["target"] in targets:
                     keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
                     if (step["action"], step["target"], keyword) not in done_calls:
                         result = check(step["action"], step["target"], keyword)
                         messages.append({"role": "user", "content": f"{result}\nTake one step."})
                         continue
-                    if check_answer(step, options, top, contradicted) is not None:
-                        must_answer = True
-                        messages.append({"role": "user", "content": "You already have that result. Answer now."})
-                        continue
-                    # It asked again for a result it has, with its choice made: that choice is the answer.
+                    repeated = True
                 problem = check_answer(step, options, top, contradicted)
                 if problem is None:
                     component, option = options[step["option"]]
@@ -189,6 +186,10 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                                       "reason": words(f"{text}; {own}" if own else text, 20),
                                       "reasoning_trace": [{"step": i, **s} for i, s in enumerate(trace, 1)]}
                     break
+                if repeated:
+                    must_answer = True
+                    messages.append({"role": "user", "content": "You already have that result. Answer now."})
+                    continue
             if repairs == 0:
                 raise CaseFailed(problem)
             repairs -= 1

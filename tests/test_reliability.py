@@ -234,8 +234,7 @@ def chat_for(fake, timeout=120.0, retries=2):
 
 def test_any_openai_compatible_endpoint_answers_over_http(case, tmp_path):
     db, question = case
-    reply = {"action": "answer", "option": "1a", "fault_type": "pod failure",
-             "reason": "callers get no answer"}
+    reply = {"action": "answer", "option": "1a", "fault_type": "pod failure", "reason": "callers get no answer"}
     fake = FakeEndpoint("answer", json.dumps(reply))
     try:
         report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake), model="fake")
