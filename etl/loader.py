@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Callable
 
 import duckdb
@@ -20,7 +22,8 @@ from rcalab.errors import LoadError
 
 from features.anomaly import refresh_edge_anomaly, refresh_metric_anomaly
 from features.changepoints import refresh_changepoints
-from features.templates import level_sql, mask_sql, mine_new, refresh_template_minute
+from features.events import refresh_event_pairs
+from features.templates import event_sql, level_sql, mask_sql, mine_new, refresh_template_minute
 from features.trace_edges import refresh_span_self, refresh_trace_edges
 
 from . import store
@@ -70,7 +73,9 @@ def _run(con, adapter, dump: Path, progress) -> Report:
             report.removed += 1
     todo = []
     for file in files:
-        stat = file.path.stat()
+        stat, problem = _stat(file.path)
+        if problem:  # only regular files are read: a pipe would block the run, a dangling link has nothing
+            file = InputFile(file.path, "skip", problem)
         prev = known.get(str(file.path))
         if prev and prev[0] == stat.st_size and prev[1] == stat.st_mtime and prev[2] in ("loaded", "skipped"):
             report.unchanged += 1
@@ -156,8 +161,19 @@ def _file_id(con, prev) -> int:
     return con.execute("select coalesce(max(file_id), 0) + 1 from manifest").fetchall()[0][0]
 
 
+def _stat(path: Path) -> tuple[os.stat_result, str]:
+    """A file's stat, and why it cannot be read as a file of the dump ('' when it can)."""
+    try:
+        stat = path.stat()
+    except OSError as e:  # a link that leads nowhere or loops
+        return path.lstat(), f"a link that cannot be followed ({e.strerror})"
+    if not S_ISREG(stat.st_mode):
+        return stat, "not a regular file (a named pipe, a socket or a device is not read)"
+    return stat, ""
+
+
 def _record(con, file: InputFile, fid: int, rows: int, status: str, error: str) -> None:
-    stat = file.path.stat()
+    stat, _ = _stat(file.path)
     con.execute("delete from manifest where file_id = ?", [fid])
     con.execute("insert into manifest values (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp::timestamp)",
                 [fid, str(file.path), file.kind, rows, stat.st_size, stat.st_mtime, status, error or None])
@@ -176,11 +192,13 @@ def _load(con, adapter, file: InputFile, prev) -> int:
     if file.kind == "log":  # lines repeat: each distinct text is masked once
         con.execute(f"create or replace temp table staged as {select}", params)
         con.execute(f"""create or replace temp table masks as
-                        select text, {mask_sql('text')} as masked, {level_sql('text')} as level
+                        select text, {mask_sql('text')} as masked, {level_sql('text')} as level,
+                               {event_sql('text')} as event
                         from (select distinct text from staged)""")
         mine_new(con, "masks")
-        con.execute(f"""insert into log_lines select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid},
-                               k.level
+        con.execute(f"""insert into log_lines by name
+                        select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid} as file_id,
+                               k.level, s.trace_id, s.span_id, k.event
                         from staged s join masks k using (text) join log_masked m using (masked)""")
     elif file.kind == "metric":  # NaN and infinite readings (real Nezha CSVs have them) carry no information
         con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)", params)
@@ -198,9 +216,21 @@ def _load(con, adapter, file: InputFile, prev) -> int:
             raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
         _mark_days(con, table, fid)
         _update_placement(con, file.kind, fid)
-    _record(con, file, fid, rows, "loaded", "")
+    _record(con, file, fid, rows, "loaded", _rejected(con, file.path) if query.rejects else "")
     con.execute("commit")
     return rows
+
+
+def _rejected(con, path: Path) -> str:
+    """What the manifest says of the malformed rows a read of `path` left out (DuckDB lists them in
+    `reject_errors`, by scan)."""
+    lines = [r[0] for r in con.execute("""
+        select distinct line from reject_errors join reject_scans using (scan_id)
+        where reject_scans.file_path = ? order by line""", [str(path)]).fetchall()]
+    if not lines:
+        return ""
+    shown = ", ".join(map(str, lines[:5])) + (" ..." if len(lines) > 5 else "")
+    return f"{len(lines)} malformed rows left out (lines {shown}); the rest loaded"
 
 
 FIRST_DAY = dt.date(2000, 1, 1)  # a time before it, or over a year ahead, is a broken clock or a bad parse
@@ -228,6 +258,7 @@ def refresh_features(con, day: dt.date) -> dict[str, int]:
         "log_template_minute": refresh_template_minute(con, start, end),
         "trace_edge_minute": refresh_trace_edges(con, start, end),
         "span_self_minute": refresh_span_self(con, start, end),
+        "event_pair_minute": refresh_event_pairs(con, start, end),
     }
     counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
     counts["changepoints"] = refresh_changepoints(con, day)

@@ -57,13 +57,21 @@ MIGRATIONS = [
     alter table trace_edge_minute add column offset_p90_us double;
     insert or ignore into dirty_days select distinct ts::date from spans;
     """),
+    ("log events in their spans (code positions, event pairs)", """
+    alter table log_lines add column trace_id text;
+    alter table log_lines add column span_id text;
+    alter table log_lines add column event text;
+    create table event_pair_minute (minute timestamp, service text, a text, b text, pairs bigint);
+    update manifest set mtime = -1 where kind = 'log';  -- the next run reloads logs with their spans and events
+    """),
 ]
 
 # One line per table for `rcalab schema`.
 DESCRIPTIONS = {
     "manifest": "every input file: loaded, skipped or failed (with the reason), its size, mtime and rows",
     "metric_points": "every metric value, long format; metric names verbatim from the source",
-    "log_lines": "every log line with its pod, service, node, Drain3 template and severity (level)",
+    "log_lines": "every log line with its pod, service, node, Drain3 template, severity (level), the trace and "
+                 "span it was written in where the dump says, and its code position (event, logger#line) if it has one",
     "spans": "every span: trace, parent, start, duration, service, pod, node, kind, status",
     "placement": "which pod ran on which node, first and last seen",
     "log_templates": "Drain3 templates (ids kept across nightly runs) with line counts",
@@ -78,18 +86,35 @@ DESCRIPTIONS = {
     "span_self_minute": "per service, pod and minute: spans, errors, errors that start there (no failing child), "
                         "self time (a span less its children) and span p95",
     "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
+    "event_pair_minute": "per service and minute: how often event a is followed by event b in the same span (events: "
+                         "span start and end, a log line's code position or its template as template:ID)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",
 }
 
 
+HEADER_BYTES = 3 * 4096  # a DuckDB file's headers, before its blocks
+
+
+def damaged(path: Path | str, why: str) -> StoreError:
+    return StoreError(f"the store {path} is damaged: {why}; rebuild it with 'rcalab etl DUMP --db NEW'")
+
+
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) a store and bring its schema up to date."""
+    """Open (creating if needed) a store and bring its schema up to date. A store cut short (a copy or a disk
+    that stopped half way) is refused as damaged before anything reads or writes it."""
     try:
         con = duckdb.connect(str(path), read_only=read_only)
+        (block, blocks), = con.execute("select block_size, total_blocks from pragma_database_size()").fetchall()
+    except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException) as e:
+        raise damaged(path, str(e).splitlines()[0]) from None
     except duckdb.Error as e:
         raise StoreError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
+    size, needed = os.path.getsize(path), HEADER_BYTES + block * blocks
+    if blocks and size < needed:
+        con.close()
+        raise damaged(path, f"the file has {size:,} bytes of the {needed:,} its blocks take")
     con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
     if not read_only:
         migrate(con)

@@ -32,6 +32,7 @@ BY_SIGNAL = {
     "latency": ("network delay", "network delay"), "self time": ("cpu stress", "node cpu stress"),
     "silence": ("pod failure", "pod failure"), "up": ("pod failure", "pod failure"),
     "traffic": ("pod kill", "pod kill"), "errors": ("code error", "code error"),
+    "path": ("code error", "code error"),
 }
 
 

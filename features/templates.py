@@ -39,6 +39,15 @@ def body_sql(column: str) -> str:
     return f"regexp_replace({column}, '{LEAD}(?i:({LEVELS})\\b)?[\\s:\\]\\[]*', '')"
 
 
+# A code position, `logger#line` (t.s.TravelServiceImpl#451), near the start of a line: the event a line stands for.
+POSITION = r"[^\s#]+#[0-9]+"
+
+
+def event_sql(column: str) -> str:
+    """The line's code position, verbatim, or null."""
+    return f"nullif(regexp_extract(left({body_sql(column)}, 200), '{POSITION}'), '')"
+
+
 def mask_sql(column: str) -> str:
     expr = f"left({body_sql(column)}, {MAX_CHARS})"
     for pattern, token in MASKS:

@@ -10,14 +10,14 @@ from features.digest import Digest
 REASON_WORDS = 20
 OBSERVATION_WORDS = 20
 ACTIONS = {"metric": "MetricAnalysis", "changepoint": "MetricAnalysis", "silence": "MetricAnalysis",
-           "log": "LogSearch", "trace": "TraceAnalysis"}
+           "log": "LogSearch", "trace": "TraceAnalysis", "event": "TraceAnalysis"}
 
 
 def words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 
-NAMED = ("metric", "changepoint", "silence", "log")  # evidence whose key is a metric name or a log keyword
+NAMED = ("metric", "changepoint", "silence", "log", "event")  # evidence keyed by a metric name or log keywords
 
 
 def reason(fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:

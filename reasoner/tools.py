@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import duckdb
 
 from features.cases import Question
-from features.evidence import BASELINE, GAP, Item, Window, changepoints, flat, logs, metrics, silence, traces
+from features.evidence import BASELINE, GAP, Item, Window, changepoints, events, flat, logs, metrics, silence, traces
 from features.options import Option
 
 MAX_LINES = 4
@@ -79,9 +79,11 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
 
 
 def trace_edges(ctx: Context, component: str) -> Result:
-    """Traced calls into and out of a service (or a pod's service) in the window: errors, call gaps, its self time."""
+    """Traced calls into and out of a service (or a pod's service) in the window: errors, call gaps, its self time,
+    and the paths of events in its spans that changed."""
     names = _names(ctx, component)
-    found = [i for i in traces.collect(ctx.con, _window(ctx)) if i.component in names or component in i.text]
+    found = [i for family in (traces, events) for i in family.collect(ctx.con, _window(ctx))
+             if i.component in names or component in i.text]
     return _items(found, f"no traced calls of {flat(component, 60)} changed")
 
 
@@ -109,7 +111,7 @@ TRACE_ACTION = {"metric_anomalies": "MetricAnalysis", "log_templates": "LogSearc
 # JVM faults, DNS and port errors in the logs (the exception, the rule, the name), network faults in the traces,
 # the rest in the metrics.
 CHECK_OF_KIND = {"metric": "metric_anomalies", "changepoint": "metric_anomalies", "silence": "metric_anomalies",
-                 "log": "log_templates", "trace": "trace_edges"}
+                 "log": "log_templates", "trace": "trace_edges", "event": "trace_edges"}
 SHOWS_IN = {**dict.fromkeys(("jvm cpu", "jvm gc", "jvm latency", "jvm exception", "code error", "dns error",
                              "target port misconfig"), "log_templates"),
             **dict.fromkeys(("network delay", "network loss", "network corrupt"), "trace_edges")}

@@ -51,7 +51,8 @@ class Tiny:
         rows = [(T0 + dt.timedelta(minutes=i, seconds=j), component, service, "node-1", tid, template, 1, level)
                 for i in range(MINUTES) if (during(i) or not only_window) and not (stops and during(i))
                 for j in range(per_minute)]
-        self.con.executemany("insert into log_lines values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.con.executemany("insert into log_lines (ts, component, service, node, template_id, message, file_id, "
+                             "level) values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0, leg="return"):
         """Traces down a chain of services, four a minute; `slow` delays calls into it in the window (their

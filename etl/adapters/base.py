@@ -22,6 +22,7 @@ class Query:
     """A SELECT of one file's rows in canonical columns (without file_id) and its named parameters."""
     sql: str
     params: dict = field(default_factory=dict)
+    rejects: bool = False  # malformed rows are left out and listed in DuckDB's `reject_errors`
 
 
 def ident(name: str) -> str:

@@ -64,7 +64,8 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
                k8_node_name as node, message,
                case when json_valid(message) then concat_ws(' ', json_extract_string(message, '$.severity'),
                     json_extract_string(message, '$.level'), json_extract_string(message, '$.message'),
-                    json_extract_string(message, '$.error')) else message end as text
+                    json_extract_string(message, '$.error')) else message end as text,
+               cast(null as text) as trace_id, cast(null as text) as span_id
         from {src}""", params)
     if file.kind == "trace":
         def tag(col, key):

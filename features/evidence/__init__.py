@@ -41,11 +41,12 @@ class Window:
 @dataclass
 class Item:
     component: str
-    kind: str  # the family: metric | changepoint | silence | log | trace
+    kind: str  # the family: metric | changepoint | silence | log | trace | event
     score: float  # 0..1
     key: str  # key metric or log keyword, verbatim
     text: str
-    signal: str  # what moved: cpu, memory, latency, errors, traffic, network, disk, self time, link, silence, log
+    signal: str  # what moved: cpu, memory, latency, errors, traffic, network, disk, self time, link, silence, log,
+    # path (the events that follow one another in a span)
     echo: bool = False
     fell: bool = False  # the value fell (a restarted container's memory, a dead process count)
 
@@ -106,6 +107,7 @@ def flat(text: str, limit: int = 140) -> str:
 
 
 def collect(con: duckdb.DuckDBPyConnection, window: Window) -> list[Item]:
-    from . import changepoints, logs, metrics, silence, traces
+    from . import changepoints, events, logs, metrics, silence, traces
 
-    return [item for family in (metrics, changepoints, silence, logs, traces) for item in family.collect(con, window)]
+    return [item for family in (metrics, changepoints, silence, logs, traces, events)
+            for item in family.collect(con, window)]

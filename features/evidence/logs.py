@@ -20,6 +20,7 @@ VANISHED = 0.6
 STEADY = 0.9  # share of the baseline's minutes a template must appear in for its stop to count
 MIN_EXPECTED = 10.0  # lines a vanished template would have written in the window at its rate before
 KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
+HEX_ID = re.compile(r"^[0-9a-fA-F]{12,}$")  # a trace or span id a line carries is no keyword
 LEVELS = re.compile(r"^(trace|debug|info|notice|warn|warning|error|err|fatal|critical|severe)$", re.I)
 
 
@@ -41,7 +42,7 @@ def verbatim(template: str, line: str) -> str:
 def keyword(template: str) -> str:
     """A checkable keyword of a template: its first word that names an error (a severity alone does not),
     with the word before it, else its longest word."""
-    words = [w.strip("._-") for w in KEYWORD.findall(template) if not LEVELS.match(w)]
+    words = [w.strip("._-") for w in KEYWORD.findall(template) if not LEVELS.match(w) and not HEX_ID.match(w)]
     for i, word in enumerate(words):
         if ERROR_WORDS.search(word):
             return " ".join(words[max(0, i - 1):i + 1])
