@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from rcalab.errors import DumpError
+from rcalab.errors import DumpError, read_json
 
 from .adapters import adapter_for
 
@@ -24,19 +24,23 @@ def labelled_cases(dump: Path) -> list[dict]:
         raise DumpError(f"{dump}: a {adapter.NAME} dump carries no fault labels")
     root = Path(dump)
     indicators_file = next(root.rglob("root_cause_*.json"), None)  # root_cause_ts.json, root_cause_hipster.json
-    indicators = json.loads(indicators_file.read_text()) if indicators_file else {}
+    indicators = read_json(indicators_file) if indicators_file else {}
+    if not isinstance(indicators, dict) or not all(isinstance(v, dict) for v in indicators.values()):
+        raise DumpError(f"{indicators_file}: expected an object of services, each an object of fault types")
     system = indicators_file.stem.removeprefix("root_cause_") if indicators_file else ""  # Nezha's namespace
     rows = []
     for path in sorted(root.rglob("*fault_list.json")):
         try:
-            faults = [f for hour in json.loads(path.read_text()).values() for f in hour]
-        except (json.JSONDecodeError, AttributeError) as e:
+            faults = [f for hour in read_json(path).values() for f in hour]
+        except (AttributeError, TypeError) as e:
             raise DumpError(f"{path}: not a fault list ({e})") from None
         for i, fault in enumerate(faults):
             try:
                 start = dt.datetime.fromisoformat(fault["inject_time"])  # UTC, like the telemetry
                 pod, kind = fault["inject_pod"], fault["inject_type"]
-            except (KeyError, ValueError) as e:
+                if not (isinstance(pod, str) and isinstance(kind, str)):
+                    raise ValueError("inject_pod and inject_type must be text")
+            except (KeyError, ValueError, TypeError) as e:
                 raise DumpError(f"{path}: fault {i}: {e}") from None
             service = pod.rsplit("-", 2)[0]
             indicator = indicators.get(service, {}).get(kind)

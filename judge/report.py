@@ -48,17 +48,27 @@ def misses(score: Score) -> list[dict]:
     return out
 
 
+def _numbers(row: dict) -> bool:
+    """The figures a transcript line adds up are numbers where it has them."""
+    tokens = row.get("tokens", {})
+    return (isinstance(row.get("seconds", 0), (int, float)) and isinstance(row.get("tool_calls", 0), int)
+            and isinstance(row.get("calls", []), list) and isinstance(row.get("candidates") or [], list)
+            and isinstance(tokens, dict) and all(isinstance(v, int) for v in tokens.values()))
+
+
 def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> dict | None:
     """Time, steps and tokens per case (the AIOpsLab figures), and AC@1/AC@3 of the ranked candidates."""
     path = transcripts_path(answers)
     if not path.exists():
         return None
     rows = []
-    for line in read_text(path).splitlines():
+    for line in read_text(path).splitlines():  # a transcript line of the wrong shape is left out
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
             continue
+        if isinstance(row, dict) and isinstance(row.get("uuid"), str) and _numbers(row):
+            rows.append(row)
     if not rows:
         return None
     n = len(rows)
@@ -102,7 +112,7 @@ def _chart(by_type: dict) -> str:
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1))
     ax.barh([r - 0.2 for r in rows], [by_type[n]["LA"] for n in names], height=0.4, color="tab:blue", label="LA")
     ax.barh([r + 0.2 for r in rows], [by_type[n]["TA"] for n in names], height=0.4, color="tab:orange", label="TA")
-    ax.set_yticks(list(rows), names)
+    ax.set_yticks(list(rows), [n.replace("$", r"\$") for n in names])  # a '$' in a name is no mathtext
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
     ax.legend(loc="lower right")

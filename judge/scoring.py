@@ -125,6 +125,9 @@ def read_jsonl(path: Path, required: dict[str, type | tuple], problems: list[str
         except json.JSONDecodeError as e:
             problems.append(f"{path}:{lineno}: malformed JSON ({e.msg})")
             continue
+        except RecursionError:
+            problems.append(f"{path}:{lineno}: JSON nested too deeply")
+            continue
         if not isinstance(row, dict):
             problems.append(f"{path}:{lineno}: not a JSON object")
             continue

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
+import tempfile
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -18,10 +21,13 @@ console = Console(stderr=True)
 
 
 def reports_errors(command):
-    """Turn rcalab's own errors into one line on stderr and exit status 1."""
+    """Turn rcalab's own errors into one line on stderr and exit status 1; a store that fails a read is damaged;
+    anything else is a bug: one line naming the file that holds its traceback, to report with."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        import duckdb
+
         try:
             return command(*args, **kwargs)
         except RcalabError as e:
@@ -30,6 +36,14 @@ def reports_errors(command):
             click.echo("Interrupted: what was done is kept (each file and each answer is whole); "
                        "run the same command again to go on.", err=True)
             raise SystemExit(130) from None
+        except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException) as e:
+            raise click.ClickException(f"a store is damaged: {str(e).splitlines()[0]}; rebuild it with "
+                                       "'rcalab etl DUMP --db NEW'") from None
+        except Exception as e:  # a bug: the user gets one line and the file that holds the traceback
+            with tempfile.NamedTemporaryFile("w", prefix="rcalab-error-", suffix=".txt", delete=False) as f:
+                traceback.print_exc(file=f)
+            raise click.ClickException(f"unexpected error ({type(e).__name__}: {str(e)[:200]}); please report it "
+                                       f"with {f.name}") from None
 
     return wrapper
 
@@ -93,7 +107,8 @@ def simulate(out, schedule, cases, limit, scale, seed):
               default=Path("../shared/challenge2025/groundtruth-phaseone.jsonl"), show_default=True,
               help="testbed, rank, diagnose: the ground truth whose cases to replay in the simulator.")
 @click.option("--real", type=click.Path(path_type=Path, file_okay=False), multiple=True,
-              default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique")],
+              default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique"),
+                       Path("../shared/nezha-trainticket-0129am")],
               show_default=True, help="rank, diagnose: labelled real dumps (Nezha layout) to measure too.")
 @reports_errors
 def bench(what, out, scale, nezha, sample, schedule, real):
@@ -168,8 +183,8 @@ def rank_table(result: dict) -> Table:
         table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
     for name, r in result.items():
         for fault, t in r["per_type"].items():
-            table.add_row(name, fault, str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
-        table.add_row(f"[bold]{name}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
+            table.add_row(escape(name), escape(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
+        table.add_row(f"[bold]{escape(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
                       f"[bold]{r['top3']:.3f}[/]", end_section=True)
     return table
 
@@ -386,7 +401,7 @@ def judge(truth, answers, rules, report, as_json):
         for k in keys:
             table.add_column(k, justify="right")
         for name, r in results.items():
-            table.add_row(name, *[str(r["summary"][k]) for k in keys])
+            table.add_row(escape(name), *[str(r["summary"][k]) for k in keys])
         Console().print(table)
         for name, r in results.items():
             t = r["transcripts"]

@@ -48,3 +48,5 @@ def read_json(path: Path):
         return json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise RcalabError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise RcalabError(f"{path}: JSON nested too deeply to read") from None

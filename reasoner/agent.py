@@ -12,7 +12,6 @@ included in the seconds given; tests use a scripted one.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -33,6 +32,13 @@ Chat = Callable[[list[dict], dict, float], tuple[str, dict]]
 OBSERVATION_WORDS = 30
 
 
+MAX_REPLY = 20_000  # characters; a longer reply is malformed (the schema's answer is a few hundred)
+
+
+class MalformedReply(Exception):
+    """The endpoint answered, but not with a chat completion (no choices, no text, a body of another kind)."""
+
+
 class CaseFailed(Exception):
     """The model gave no valid answer for a case: the ranking's answer stands (a fallback), never a made-up one."""
 
@@ -41,14 +47,28 @@ def openai_chat(client, model: str, max_tokens: int = 200) -> Chat:
     def chat(messages: list[dict], schema: dict, seconds: float) -> tuple[str, dict]:
         attempts = client.max_retries + 1  # every attempt shares the seconds left to the case
         bounded = client.with_options(timeout=max(1.0, min(client.timeout, seconds / attempts)))
-        reply = bounded.chat.completions.create(
-            model=model, messages=messages, temperature=0, max_tokens=max_tokens,
-            response_format={"type": "json_schema", "json_schema": {"name": "step", "schema": schema, "strict": True}})
-        usage = reply.usage
-        return reply.choices[0].message.content or "", {
-            "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
-            "completion_tokens": getattr(usage, "completion_tokens", 0) or 0}
+        try:
+            reply = bounded.chat.completions.create(
+                model=model, messages=messages, temperature=0, max_tokens=max_tokens,
+                response_format={"type": "json_schema", "json_schema": {"name": "step", "schema": schema,
+                                                                        "strict": True}})
+        except ValueError as e:  # a body that is not JSON (or not UTF-8) where a completion was due
+            raise MalformedReply(f"a body that is not a JSON completion ({flat(str(e), 80)})") from None
+        try:
+            content = reply.choices[0].message.content
+        except (AttributeError, IndexError, KeyError, TypeError):
+            raise MalformedReply(f"not a chat completion: {flat(repr(reply), 80)}") from None
+        if content is not None and not isinstance(content, str):
+            raise MalformedReply(f"the reply's content is a {type(content).__name__}, not text")
+        usage = getattr(reply, "usage", None)
+        return (content or "")[:MAX_REPLY + 1], {key: _count(getattr(usage, key, 0))
+                                                 for key in ("prompt_tokens", "completion_tokens")}
     return chat
+
+
+def _count(value) -> int:
+    """A token count as the endpoint gives it; anything but a whole number counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 @dataclass
@@ -64,9 +84,11 @@ def _first_line(text: str) -> str:
 
 
 def _parse(reply: str) -> dict:
+    if len(reply) > MAX_REPLY:
+        raise ValueError(f"the reply is over {MAX_REPLY:,} characters")
     text = reply.strip()
-    fence = re.search(r"\{.*\}", text, re.S)  # some endpoints wrap JSON in prose or a code fence
-    step = json.loads(fence.group(0) if fence else text)
+    first, last = text.find("{"), text.rfind("}")  # some endpoints wrap JSON in prose or a code fence
+    step = json.loads(text[first:last + 1] if 0 <= first < last else text)
     if not isinstance(step, dict):
         raise ValueError("the reply is not a JSON object")
     fields = ("option", "fault_type", "reason") if step.get("action") == "answer" else ("target",)
@@ -161,12 +183,13 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             messages.append({"role": "assistant", "content": reply})
             try:
                 step = _parse(reply)
-            except (ValueError, json.JSONDecodeError) as e:
+            except (ValueError, RecursionError) as e:
                 problem = f"malformed reply ({e})"
             else:
                 repeated = False  # a check it already has: with its choice made, that choice is the answer
                 if step["action"] in TRACE_ACTION and allow and step["target"] in targets:
                     keyword = step.get("keyword", "") if step["action"] == "log_templates" else ""
+                    keyword = keyword if isinstance(keyword, str) else ""
                     if (step["action"], step["target"], keyword) not in done_calls:
                         result = check(step["action"], step["target"], keyword)
                         messages.append({"role": "user", "content": f"{result}\nTake one step."})
@@ -200,7 +223,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             raise CaseFailed("step limit reached without an answer")
     except CaseFailed as e:
         outcome.error = str(e)
-    except (openai.OpenAIError, OSError) as e:  # the endpoint: down, slow, refusing; the batch goes on
+    except (openai.OpenAIError, OSError, MalformedReply) as e:  # the endpoint: down, slow, refusing, garbled
         outcome.error = f"LLM call failed: {type(e).__name__}: {e}"
     status = "answered"
     if outcome.answer is None:  # the ranking's evidence-backed answer stands; nothing is made up

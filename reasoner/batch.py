@@ -2,7 +2,7 @@
 
 Answers go to ANSWERS (challenge JSONL, one line per answered case); transcripts to
 ANSWERS with `.transcripts.jsonl` in place of `.jsonl`. A rerun skips uuids already
-answered; a torn last line (a run killed while writing) is cut off first. With no chat
+answered or tried without an answer (no candidates); a torn last line (a run killed while writing) is cut off first. With no chat
 function, the `rank` agent answers. Where the model fails, the ranking's answer is written
 and its transcript says `fallback`; only a case without candidates has no answer.
 """
@@ -48,6 +48,38 @@ def cut_torn_line(path: Path) -> None:
             f.truncate(data.rfind(b"\n") + 1)
 
 
+def check_output(path: Path, db: Path) -> None:
+    """An answers or transcripts file that exists must be JSON lines: a store, a parquet file or any other file
+    named by mistake is refused before anything cuts or appends to it."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if path.is_dir() or not path.is_file():
+        raise OutputError(f"{path} is not a regular file; name an answers file (.jsonl) with --out")
+    if path.resolve() == Path(db).resolve():
+        raise OutputError(f"{path} is the store itself; name an answers file (.jsonl) with --out")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if b"\0" in head or (head.strip() and not head.lstrip().startswith(b"{")):
+        raise OutputError(f"{path} exists and is not an answers file (JSON lines); name another file with --out")
+
+
+def tried_uuids(path: Path) -> set[str]:
+    """uuids a transcripts file says were tried and could not be answered (no candidates): a rerun moves on."""
+    path = Path(path)
+    if not path.exists():
+        return set()
+    tried = set()
+    for line in read_text(path).splitlines():
+        try:
+            row = json.loads(line)
+            if row["status"] == "failed":
+                tried.add(row["uuid"])
+        except (json.JSONDecodeError, RecursionError, KeyError, TypeError):
+            continue
+    return tried
+
+
 def answered_uuids(path: Path) -> set[str]:
     """uuids already in an answers file; a torn last line is removed."""
     path = Path(path)
@@ -58,7 +90,7 @@ def answered_uuids(path: Path) -> set[str]:
     for line in read_text(path).splitlines():
         try:
             done.add(json.loads(line)["uuid"])
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, RecursionError, KeyError, TypeError):
             continue
     return done
 
@@ -67,11 +99,12 @@ class _Appender:
     """Whole lines, flushed and synced one at a time, from any thread."""
 
     def __init__(self, path: Path):
-        self.file = open(path, "a")
+        self.file = open(path, "ab")
         self.lock = threading.Lock()
 
     def write(self, obj: dict) -> None:
-        line = json.dumps(obj, ensure_ascii=False) + "\n"
+        # A lone surrogate (an endpoint's broken text) cannot be UTF-8: it is written as '?', the line stays whole.
+        line = (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8", "replace")
         with self.lock:
             self.file.write(line)
             self.file.flush()
@@ -85,6 +118,8 @@ def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | N
               concurrency: int = 1, limit: int | None = None, max_tools: int = 0, time_limit: float = 600.0,
               progress: Callable[[str], None] | None = None) -> BatchReport:
     answers = Path(answers)
+    for path in (answers, transcripts_path(answers)):
+        check_output(path, db)
     try:
         answers.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -97,6 +132,7 @@ def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, tim
     report = BatchReport()
     done = answered_uuids(answers)
     cut_torn_line(transcripts_path(answers))
+    done |= tried_uuids(transcripts_path(answers))
     todo = [q for q in questions if q.uuid not in done]
     report.skipped = len(questions) - len(todo)
     if limit is not None:

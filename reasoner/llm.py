@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rcalab.errors import LLMError
+from rcalab.errors import LLMError, RcalabError, read_json
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,14 @@ class LLMConfig:
         file: dict = {}
         if path.is_file():
             try:
-                file = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
-                raise LLMError(f"{path}: not valid JSON ({e.msg})") from None
+                file = read_json(path)
+            except RcalabError as e:
+                raise LLMError(str(e)) from None
+            if not isinstance(file, dict):
+                raise LLMError(f"{path}: expected a JSON object of settings, found a {type(file).__name__}")
+            for key in ("base_url", "model", "api_key"):
+                if key in file and not isinstance(file[key], str):
+                    raise LLMError(f"{path}: '{key}' must be text, found {json.dumps(file[key])[:40]}")
         base_url = os.environ.get("RCALAB_LLM_BASE_URL") or file.get("base_url")
 
         def number(env: str, key: str, default, kind):

@@ -182,7 +182,7 @@ def test_the_judge_names_bad_lines_and_bad_files(tmp_path):
 class FakeEndpoint:
     """An OpenAI-compatible endpoint on 127.0.0.1 that answers, hangs or fails."""
 
-    def __init__(self, mode, content=""):
+    def __init__(self, mode, content="", body: bytes | None = None, content_type="application/json"):
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -195,14 +195,16 @@ class FakeEndpoint:
                     self.send_response(500)
                     self.end_headers()
                     return
-                body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": content}}],
-                                   "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+                reply = body if body is not None else json.dumps({
+                    "id": "x", "object": "chat.completion", "created": 0, "model": "fake",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}).encode()
                 self.send_response(200)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(reply)))
                 self.end_headers()
-                self.wfile.write(body.encode())
+                self.wfile.write(reply)
 
             def log_message(self, *args):
                 pass
