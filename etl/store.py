@@ -103,7 +103,13 @@ def damaged(path: Path | str, why: str) -> StoreError:
 
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) a store and bring its schema up to date. A store cut short (a copy or a disk
-    that stopped half way) is refused as damaged before anything reads or writes it."""
+    that stopped half way) is refused as damaged before anything reads or writes it; a file of another kind is
+    refused as it is."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size >= 12:
+        with open(path, "rb") as f:
+            if f.read(12)[8:] != b"DUCK":
+                raise StoreError(f"{path} is not a DuckDB store; name a new file or a store built by 'rcalab etl'")
     try:
         con = duckdb.connect(str(path), read_only=read_only)
         (block, blocks), = con.execute("select block_size, total_blocks from pragma_database_size()").fetchall()

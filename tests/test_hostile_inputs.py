@@ -246,3 +246,10 @@ def test_an_answers_file_nested_too_deeply_is_a_bad_line_for_the_judge(replay, t
     answers.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     result = invoke("judge", "--truth", replay / "groundtruth.jsonl", "--answers", answers)
     assert result.exit_code == 0 and "a.jsonl:1: JSON nested too deeply" in result.output
+
+
+def test_a_store_path_naming_a_file_of_another_kind_is_refused_and_kept(replay, tmp_path):
+    parquet = tmp_path / "x.parquet"
+    parquet.write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
+    one_line_error(invoke("etl", replay, "--db", parquet), "is not a DuckDB store")
+    assert parquet.read_bytes() == b"PAR1" + b"\x00" * 64 + b"PAR1"
