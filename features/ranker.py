@@ -42,8 +42,9 @@ class Candidate:
     component: str
     level: str  # service | pod | node
     score: float = 0.0
-    evidence: list[Item] = field(default_factory=list)
+    evidence: list[Item] = field(default_factory=list)  # what a digest shows: the strongest of each kind first
     explained_by: str | None = None  # the dependency that explains part of the anomaly
+    found: list[Item] = field(default_factory=list)  # every item of its own, strongest first
 
 
 def local(item: Item) -> bool:
@@ -151,7 +152,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
             c.score += 0.1 * len(hosted[u])
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]
     for c in ranked:
-        c.evidence = shown(c.evidence)
+        c.found, c.evidence = c.evidence, shown(c.evidence)
     return ranked
 
 

@@ -24,7 +24,7 @@ from features.digest import build_digest
 from features.evidence import flat
 
 from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
-from .rank import evidence_steps, reason, words
+from .rank import REASON_WORDS, evidence_steps, reason, trace_of, words
 from .rank import answer as rank_answer
 from .tools import TOOLS, TRACE_ACTION, Context, checks_of, run_tool
 
@@ -96,6 +96,20 @@ def _parse(reply: str) -> dict:
     if missing:
         raise ValueError(f"missing field {', '.join(missing)}")
     return step
+
+
+OWN_WORDS = 12
+
+
+def with_words(reason_text: str, own: str, fault_type: str) -> str:
+    """The model's words as a sentence of their own after the reason, whole or not at all: left out where they
+    are long, would run the reason past its words, or name a fault type other than the one chosen."""
+    own = flat(own, 200).strip().rstrip(".")
+    if not own or len(own.split()) > OWN_WORDS or len(f"{reason_text} {own}".split()) > REASON_WORDS:
+        return reason_text
+    if any(t in own.lower() for t in FAULT_TYPES if t != fault_type):
+        return reason_text
+    return f"{reason_text} {own[:1].upper()}{own[1:]}."
 
 
 def check_answer(step: dict, options: dict, top: str, contradicted: set[str]) -> str | None:
@@ -201,13 +215,12 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     if component != top:
                         why_not_top = f"a check of {top} found its evidence gone: " + "; ".join(
                             s["observation"] for s in tool_steps if s["action"].endswith(f"({flat(top, 60)})"))
-                    evidence = next(c.evidence for c in digest.candidates if c.component == component)
-                    text = reason(step["fault_type"], option.key, evidence, confirmed.get(component, []))
-                    own = words(str(step.get("reason", "")), 8)
-                    trace = evidence_steps(digest, component) + tool_steps
+                    chosen = next(c for c in digest.candidates if c.component == component)
+                    text = reason(component, step["fault_type"], option.key, chosen.found or chosen.evidence,
+                                  confirmed.get(component, []))
                     outcome.answer = {"uuid": question.uuid, "component": component,
-                                      "reason": words(f"{text}; {own}" if own else text, 20),
-                                      "reasoning_trace": [{"step": i, **s} for i, s in enumerate(trace, 1)]}
+                                      "reason": with_words(text, str(step.get("reason", "")), step["fault_type"]),
+                                      "reasoning_trace": trace_of(evidence_steps(digest, component) + tool_steps)}
                     break
                 if repeated:
                     must_answer = True

@@ -3,43 +3,105 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from features.digest import Digest
 
-REASON_WORDS = 20
+REASON_WORDS = 40
 OBSERVATION_WORDS = 20
 ACTIONS = {"metric": "MetricAnalysis", "changepoint": "MetricAnalysis", "silence": "MetricAnalysis",
            "log": "LogSearch", "trace": "TraceAnalysis", "event": "TraceAnalysis"}
+CORROBORATION = 4  # the other keys of its own evidence a reason names besides its key
+CHECKED = 2  # and the keys a check of the llm agent found moving besides
+SET_ASIDE = 2  # candidates after the chosen one that the trace says why it set aside
+NAMED = ("metric", "changepoint", "silence", "log", "event")  # evidence keyed by a metric name or log keywords
+# How a value moved, as the evidence lines write it: "0.09 -> 1.9", "26 -> 1.1k ms", "in 100% of spans, now 0%".
+ARROW = re.compile(r"(-?[\d.]+[kMG%]?) -> (-?[\d.]+[kMG%]?)( ms)?")
+SHARE = re.compile(r"in (\d+%) of spans, now (\d+%)")
+SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "%": 1.0}
 
 
 def words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 
-NAMED = ("metric", "changepoint", "silence", "log", "event")  # evidence keyed by a metric name or log keywords
+def _number(text: str) -> float:
+    return float(text[:-1]) * SCALE[text[-1]] if text[-1] in SCALE else float(text)
 
 
-def reason(fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:
-    """The fault type, the option's key metric or keyword first, then the other keys of the candidate's own
-    evidence, metric names and log keywords before the names of trace analyses, then what a check of the
-    candidate found besides (`checked`)."""
-    ranked = sorted((e for e in evidence if not e.echo), key=lambda e: e.kind not in NAMED)
-    others = [k for k in dict.fromkeys([*(e.key for e in ranked), *checked]) if k != key]
-    return words(f"{fault_type}: {key}" + (f" (with {', '.join(others)})" if others else ""), REASON_WORDS)
+def moved(item) -> str:
+    """How the item's value moved, in words ("rose from 0.09 to 1.9"), or "" where its line says no numbers."""
+    found = ARROW.search(item.text) or SHARE.search(item.text)
+    if not found:
+        return ""
+    before, after = found.group(1), found.group(2)
+    unit = found.group(3) or "" if found.re is ARROW else " of spans"
+    try:
+        verb = "rose" if _number(after) > _number(before) else "fell"
+    except ValueError:
+        return ""
+    return f" {verb} from {before} to {after}{unit}"
+
+
+def said(item) -> str:
+    """An item in a few words: its key and how it moved."""
+    return f"{item.key}{moved(item)}"
+
+
+def _own(evidence: list) -> list:
+    return sorted((e for e in evidence if not e.echo), key=lambda e: e.kind not in NAMED)
+
+
+def reason(component: str, fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:
+    """One sentence: the fault type in the component, the key metric or keyword and how it moved (in how many
+    pods), then the other keys of its own evidence and what a check of it found besides (`checked`)."""
+    own = _own(evidence)
+    first = next((e for e in own if e.key == key), None)
+    pods = len({e.component for e in own if e.key == key})
+    head = f"{fault_type[:1].upper()}{fault_type[1:]} in {component}: {key}" + (moved(first) if first else "")
+    head += f" in {pods} pods" if pods > 1 else ""
+    others = [k for k in dict.fromkeys(e.key for e in own) if k != key][:CORROBORATION]
+    others += [k for k in dict.fromkeys(checked) if k != key and k not in others][:CHECKED]
+    while others and len(f"{head}; also {', '.join(others)}.".split()) > REASON_WORDS:
+        others.pop()
+    return f"{head}; also {', '.join(others)}." if others else f"{head}."
 
 
 def evidence_steps(digest: Digest, component: str) -> list[dict]:
-    """One step per kind of analysis the ranking ran (metrics, logs, traces): the strongest evidence of that
-    kind, the chosen component's first and then the other candidates' (callers' logs, the call path)."""
+    """How the answer was reached: the chosen component's own evidence, one step per kind of analysis (metrics,
+    logs, traces), each naming what moved; then one step per next candidate, why it was set aside."""
     chosen = next((c for c in digest.candidates if c.component == component), None)
-    pool = (chosen.evidence if chosen else []) + [e for c in digest.candidates if c is not chosen for e in c.evidence]
+    if chosen is None:
+        return []
     steps = []
     for action in dict.fromkeys(ACTIONS.values()):
-        item = next((e for e in pool if ACTIONS.get(e.kind) == action), None)
-        if item:
-            steps.append({"action": f"{action}({item.component})", "observation": words(item.text, OBSERVATION_WORDS)})
+        items = [e for e in chosen.found or chosen.evidence if ACTIONS.get(e.kind) == action and not e.echo]
+        if not items:
+            continue
+        keys = list(dict.fromkeys(said(e) if action == "MetricAnalysis" else e.text for e in items))
+        steps.append({"action": f"{action}({component})", "observation": words("; ".join(keys), OBSERVATION_WORDS)})
+    others = [c for c in digest.candidates if c is not chosen][:SET_ASIDE]
+    for c in others:
+        if not c.evidence:
+            continue
+        why = (f"an echo of its dependency {c.explained_by}" if c.explained_by
+               else f"weaker, {c.score:.2f} against {chosen.score:.2f}")
+        strongest = c.evidence[0]
+        steps.append({"action": f"{ACTIONS.get(strongest.kind, 'MetricAnalysis')}({c.component})",
+                      "observation": words(f"set aside {c.component} ({why}): {strongest.text}", OBSERVATION_WORDS)})
     return steps
+
+
+def trace_of(steps: list[dict]) -> list[dict]:
+    """The reasoning trace: the steps numbered, a step already taken (the same action and observation) once."""
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for s in steps:
+        if (s["action"], s["observation"]) not in seen:
+            seen.add((s["action"], s["observation"]))
+            unique.append(s)
+    return [{"step": i, **s} for i, s in enumerate(unique, 1)]
 
 
 def answer(digest: Digest) -> dict | None:
@@ -49,6 +111,6 @@ def answer(digest: Digest) -> dict | None:
     top = digest.candidates[0]
     options = digest.options.get(top.component) or []
     fault_type, key = (options[0].fault_type, options[0].key) if options else ("unknown", top.evidence[0].key)
-    steps = evidence_steps(digest, top.component)
-    return {"uuid": digest.uuid, "component": top.component, "reason": reason(fault_type, key, top.evidence),
-            "reasoning_trace": [{"step": i, **s} for i, s in enumerate(steps, 1)]}
+    return {"uuid": digest.uuid, "component": top.component,
+            "reason": reason(top.component, fault_type, key, top.found or top.evidence),
+            "reasoning_trace": trace_of(evidence_steps(digest, top.component))}

@@ -73,8 +73,8 @@ def test_option_1a_is_tested_then_the_model_checks_and_chooses_an_option(db, que
     assert out.error is None and out.transcript["status"] == "answered"
     assert out.answer["component"] == "cartservice"
     key = ranked(db, questions).answer["reason"].split(": ", 1)[1].split()[0]
-    assert out.answer["reason"].startswith(f"pod failure: {key}")  # the option's key metric comes first
-    assert out.answer["reason"].endswith("callers get no answer") and len(out.answer["reason"].split()) <= 20
+    assert out.answer["reason"].startswith(f"Pod failure in cartservice: {key}")  # the option's key comes first
+    assert out.answer["reason"].endswith(". Callers get no answer.") and len(out.answer["reason"].split()) <= 40
     trace = out.answer["reasoning_trace"]
     assert [s["step"] for s in trace] == list(range(1, len(trace) + 1))
     assert trace[-1]["action"] == "TraceAnalysis(cartservice)" and "cartservice" in trace[-1]["observation"]
@@ -105,14 +105,14 @@ def test_the_reason_keeps_the_rank_reason_and_adds_what_the_tests_found(db, ques
     out = run(db, questions, ScriptedChat(answer(reason="")))
     found = run_tool(Context(connect(db), questions[CASE]), "metric_anomalies", "cartservice").keys
     assert found
-    rank_reason = ranked(db, questions).answer["reason"].split(": ", 1)[1].rstrip(")")
-    assert out.answer["reason"].split(": ", 1)[1].startswith(rank_reason)
+    rank_reason = ranked(db, questions).answer["reason"].rstrip(".")
+    assert out.answer["reason"].startswith(rank_reason)
     assert all(k in out.answer["reason"] for k in found[:2])
 
 
 def test_the_model_may_correct_the_fault_type(db, questions):
     out = run(db, questions, ScriptedChat(answer(fault_type="pod kill")))
-    assert out.answer["reason"].startswith("pod kill: ")
+    assert out.answer["reason"].startswith("Pod kill in cartservice: ")
 
 
 def test_a_malformed_reply_gets_one_repair(db, questions):
@@ -184,15 +184,16 @@ def test_a_check_repeated_with_its_choice_made_is_the_answer(db, questions):
     chat = ScriptedChat(repeated)  # metric_anomalies(cartservice) is option 1a's test
     out = run(db, questions, chat)
     assert out.transcript["status"] == "answered" and len(chat.asked) == 1, out.error
-    assert out.answer["component"] == "cartservice" and out.answer["reason"].startswith("pod kill: ")
+    assert out.answer["component"] == "cartservice" and out.answer["reason"].startswith("Pod kill in cartservice: ")
 
 
 def test_the_rank_agent_answers_with_the_top_option_and_its_key_metric(db, questions):
     out = ranked(db, questions)
     assert out.answer["component"] == "cartservice" and out.transcript["model"] == "rank"
     fault, key = out.answer["reason"].split(": ", 1)
-    assert fault == "pod failure" and key.split()[0] in out.answer["reasoning_trace"][0]["observation"].split()
-    assert len(out.answer["reason"].split()) <= 20 and out.answer["reasoning_trace"]
+    assert fault == "Pod failure in cartservice"
+    assert key.split()[0] in out.answer["reasoning_trace"][0]["observation"].split()
+    assert len(out.answer["reason"].split()) <= 40 and out.answer["reason"].endswith(".")
 
 
 def test_endpoint_down_falls_back_to_the_ranking(db, questions):
@@ -238,3 +239,29 @@ def test_a_check_of_a_pod_reads_the_service_wide_evidence_the_ranking_gave_it(ev
             assert not run_tool(Context(con, q), "trace_edges", top.component).text.startswith("no ")
             checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("own, kept", [
+    ("callers get no answer", True),
+    ("the pod is gone and every caller times out while waiting on it for good", False),  # too long: left out
+    ("looks like network delay to me", False),  # another fault type than the one chosen: left out
+])
+def test_the_model_s_words_are_a_whole_sentence_or_left_out(db, questions, own, kept):
+    out = run(db, questions, ScriptedChat(answer(reason=own)))
+    reason = out.answer["reason"]
+    assert reason.endswith(".") and len(reason.split()) <= 40
+    assert (own[:1].upper() + own[1:] + "." in reason) == kept
+    assert reason.startswith("Pod failure in cartservice: ")
+
+
+def test_the_trace_tells_the_chosen_evidence_by_kind_and_why_the_next_candidates_were_set_aside(db, questions):
+    out = ranked(db, questions)
+    trace, digest = out.answer["reasoning_trace"], ranked_digest(db, questions)
+    steps = [(s["action"], s["observation"]) for s in trace]
+    assert len(steps) == len(set(steps))  # no step twice
+    others = [c.component for c in digest.candidates[1:3]]
+    for action, observation in steps:
+        named = action[action.index("(") + 1:-1]
+        assert named == "cartservice" or (named in others and observation.startswith(f"set aside {named} ("))
+    assert [a for a, _ in steps[:1]] == ["MetricAnalysis(cartservice)"]
+    assert len([a for a, o in steps if o.startswith("set aside")]) == len([c for c in others])
