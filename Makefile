@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO ?= demo
 
-.PHONY: setup test demo bench clean
+.PHONY: setup browser test demo bench clean
 
 setup: $(VENV)/.installed
 
@@ -13,7 +13,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,semantic]'
 	touch $@
 
-test: setup
+# The page tests open the case pages in Debian's chromium; the machines run as root with Debian's packages reachable.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+test: setup browser
 	$(BIN)/python -m pytest
 
 demo: setup
@@ -22,7 +26,7 @@ demo: setup
 	$(BIN)/rcalab diagnose --agent rank --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/rank.jsonl
 	-$(BIN)/rcalab diagnose --agent llm --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/llm.jsonl
 	$(BIN)/rcalab judge --truth $(DEMO)/dump/groundtruth.jsonl --answers $(DEMO)/rank.jsonl --answers $(DEMO)/llm.jsonl \
-		--report $(DEMO)/report
+		--report $(DEMO)/report --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json
 
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results

@@ -124,8 +124,10 @@ def _chart(by_type: dict) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def write_report(folder: Path, results: dict[str, dict]) -> Path:
-    """`report.json` and a self-contained `report.html` (no server, no external files)."""
+def write_report(folder: Path, results: dict[str, dict], pages: dict[str, dict[str, str]] | None = None) -> Path:
+    """`report.json` and a self-contained `report.html` (no server, no external files); where `pages` gives a case
+    page (per answers file, uuid -> its path within `folder`), the case links to it."""
+    pages = pages or {}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -143,16 +145,26 @@ def write_report(folder: Path, results: dict[str, dict]) -> Path:
     for name, r in results.items():
         parts.append(f"<h2>{html.escape(name)}</h2>")
         if r.get("transcripts"):
-            parts.append("<p>" + ", ".join(f"{k}: {v}" for k, v in r["transcripts"].items()) + "</p>")
+            parts.append("<table>" + "".join(f"<tr><td>{html.escape(k.replace('_', ' '))}</td>"
+                                             f"<td>{html.escape(str(v))}</td></tr>"
+                                             for k, v in r["transcripts"].items()) + "</table>")
         parts.append(f"<img alt='accuracy per fault type' src='data:image/png;base64,"
                      f"{_chart(r['breakdown']['by_fault_type'])}'>")
-        parts.append("<h3>Misses</h3><table><tr><th>uuid</th><th>fault type</th><th>component</th>"
-                     "<th>component ok</th><th>reason ok</th><th>missed evidence points</th></tr>")
+        linked = pages.get(name, {})
+        parts.append("<h3>Cases that missed something</h3><p>A right component and reason can still miss evidence "
+                     "points the ground truth lists (explainability).</p><table><tr><th>case</th><th>fault type</th>"
+                     "<th>answer</th><th>component</th><th>reason</th><th>evidence points missed</th></tr>")
         for m in r["misses"]:
-            parts.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-                m["uuid"], m["fault_type"], m["component"], m["component_ok"], m["reason_ok"],
-                "; ".join(m["missed_points"]))) + "</tr>")
+            case = html.escape(m["uuid"])
+            if m["uuid"] in linked:
+                case = f"<a href='{html.escape(linked[m['uuid']])}'>{case}</a>"
+            parts.append(f"<tr><td>{case}</td>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+                m["fault_type"], m["component"], "right" if m["component_ok"] else "wrong",
+                "right" if m["reason_ok"] else "wrong", "; ".join(m["missed_points"]))) + "</tr>")
         parts.append("</table>")
+        if linked:
+            index = next(iter(linked.values())).rsplit("/", 1)[0] + "/index.html"
+            parts.append(f"<p><a href='{html.escape(index)}'>Every case, with its page</a></p>")
         if r["problems"]:
             parts.append("<h3>Input problems</h3><ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in r["problems"])
                          + "</ul>")

@@ -318,8 +318,11 @@ def digest(db, input_, uuid, as_json):
 @click.option("--time-limit", type=float, default=600.0, show_default=True, help="Seconds per case.")
 @click.option("--agent", type=click.Choice(["llm", "rank"]), default="llm", show_default=True,
               help="llm: the model confirms and chooses among the ranking's options; rank: the top option, no model.")
+@click.option("--report", "pages", type=click.Path(path_type=Path, file_okay=False),
+              help="Write a page per case here (REPORT/index.html lists them): the answer, the candidates, the key "
+                   "metric, the graph, the logs and slow calls, the transcript.")
 @reports_errors
-def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent):
+def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, pages):
     """Answer every case in the challenge format; a rerun skips answered cases.
 
     With no endpoint configured (RCALAB_LLM_BASE_URL or the config file) the embedded
@@ -351,6 +354,11 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent):
     click.echo(f"answered {report.answered} (of which {len(report.fallback)} by the ranking where the model failed), "
                f"unanswered {len(report.failed)}, already answered {report.skipped} "
                f"-> {out} (transcripts: {transcripts_path(out)})")
+    if pages:
+        from judge.pages import write_pages
+
+        write_pages(db, questions, out, pages)
+        click.echo(f"pages: {pages / 'index.html'}")
     for uuid, why in report.fallback:
         click.echo(f"fallback: {uuid}: {why}", err=True)
     for uuid, why in report.failed:
@@ -382,14 +390,19 @@ def cases(dump, out):
 @click.option("--rules", type=click.Choice(["official", "semantic"]), default="official", show_default=True)
 @click.option("--report", type=click.Path(path_type=Path, file_okay=False), help="Write report.json and report.html here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="With --report and --input: a page per case from this store, linked from the report.")
+@click.option("--input", "input_", type=click.Path(path_type=Path, dir_okay=False), help="The questions (input.json).")
 @reports_errors
-def judge(truth, answers, rules, report, as_json):
+def judge(truth, answers, rules, report, as_json, db, input_):
     """Score answers by the 2025 challenge rules and show where and why they fail.
 
-    Example: rcalab judge --truth out/groundtruth.jsonl --answers answers.jsonl --report report
+    Example: rcalab judge --truth gt.jsonl --answers a.jsonl --report report --db store.duckdb --input input.json
     """
     from judge.report import evaluate, write_report
 
+    if db and not (report and input_):
+        raise click.UsageError("--db writes case pages: give --report and --input too")
     results = {str(path): evaluate(truth, path, rules) for path in answers}
     if as_json:
         flat = {k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
@@ -414,4 +427,14 @@ def judge(truth, answers, rules, report, as_json):
             for p in r["problems"][:20]:
                 click.echo(f"  {p}", err=True)
     if report:
-        click.echo(f"report: {write_report(report, results)}")
+        pages = {}
+        if db:
+            from features.cases import load_questions
+            from judge.pages import write_pages
+
+            questions = load_questions(input_)
+            with working("writing case pages"):
+                for k, path in enumerate(answers, 1):
+                    pages[str(path)] = {u: p.relative_to(report).as_posix() for u, p in
+                                        write_pages(db, questions, path, report / f"cases-{k}").items()}
+        click.echo(f"report: {write_report(report, results, pages)}")
