@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from features.digest import Digest
+from features.evidence.logs import ERROR_WORDS
 
 REASON_WORDS = 40
 OBSERVATION_WORDS = 20
@@ -68,28 +69,59 @@ def reason(component: str, fault_type: str, key: str, evidence: list, checked: S
     return f"{head}; also {', '.join(others)}." if others else f"{head}."
 
 
+def brief(item) -> str:
+    """An item as few words as a trace step can hold: a metric and its move ("rrt 4k->9k"), a log line's
+    component and words, a trace line as it is."""
+    if item.kind in ("metric", "changepoint", "silence"):
+        found = ARROW.search(item.text)
+        return f"{item.key} {found.group(1)}->{found.group(2)}" if found else item.key
+    if item.kind == "log":
+        return f"{item.component} logs {', '.join(failing(item)) or item.key}"
+    return item.text
+
+
+def failing(item) -> list[str]:
+    """The words of a log item's line that say what failed (error, Unavailable, refused), once each."""
+    line = item.text.split(": ", 1)[-1]
+    return list(dict.fromkeys(w.strip("\"'.,:;()[]=").lower() for w in line.split() if ERROR_WORDS.search(w)))
+
+
 def evidence_steps(digest: Digest, component: str) -> list[dict]:
-    """How the answer was reached: the chosen component's own evidence, one step per kind of analysis (metrics,
-    logs, traces), each naming what moved; then one step per next candidate, why it was set aside."""
+    """How the answer was reached: the chosen component's evidence, one step per kind of analysis (metrics, logs,
+    traces), each naming what moved (its own items, and the lines of others that name it: a caller's log of its
+    failing calls, a call into it); then one step per next candidate, why it was set aside."""
     chosen = next((c for c in digest.candidates if c.component == component), None)
     if chosen is None:
         return []
+    about = [e for c in digest.candidates if c is not chosen for e in c.found or c.evidence
+             if e.kind in ("log", "trace") and (c.explained_by == component or component in e.text)]
     steps = []
     for action in dict.fromkeys(ACTIONS.values()):
-        items = [e for e in chosen.found or chosen.evidence if ACTIONS.get(e.kind) == action and not e.echo]
-        if not items:
-            continue
-        keys = list(dict.fromkeys(said(e) if action == "MetricAnalysis" else e.text for e in items))
-        steps.append({"action": f"{action}({component})", "observation": words("; ".join(keys), OBSERVATION_WORDS)})
-    others = [c for c in digest.candidates if c is not chosen][:SET_ASIDE]
-    for c in others:
+        items = [e for e in [*(chosen.found or chosen.evidence), *about]
+                 if ACTIONS.get(e.kind) == action and (not e.echo or e in about)]
+        pods: dict[str, set[str]] = {}  # a metric once, with the pods it moved in
+        for e in items:
+            pods.setdefault(brief(e).split()[0] if action == "MetricAnalysis" else brief(e), set()).add(e.component)
+        said = [next(brief(e) for e in items if brief(e).split()[0] == k) + (f" ({len(p)} pods)" if len(p) > 1 else "")
+                if action == "MetricAnalysis" else k for k, p in pods.items()]
+        if action == "LogSearch":  # each failing word once, with the first component that logs it
+            heard: set[str] = set()
+            said = []
+            for e in items:
+                new = [w for w in failing(e) if w not in heard]
+                heard.update(new)
+                if new or not failing(e):
+                    said.append(f"{e.component} logs {', '.join(new) or e.key}")
+        if said:
+            steps.append({"action": f"{action}({component})", "observation": words("; ".join(said), OBSERVATION_WORDS)})
+    for c in [c for c in digest.candidates if c is not chosen][:SET_ASIDE]:
         if not c.evidence:
             continue
         why = (f"an echo of its dependency {c.explained_by}" if c.explained_by
                else f"weaker, {c.score:.2f} against {chosen.score:.2f}")
         strongest = c.evidence[0]
         steps.append({"action": f"{ACTIONS.get(strongest.kind, 'MetricAnalysis')}({c.component})",
-                      "observation": words(f"set aside {c.component} ({why}): {strongest.text}", OBSERVATION_WORDS)})
+                      "observation": words(f"set aside {c.component} ({why}): {brief(strongest)}", OBSERVATION_WORDS)})
     return steps
 
 
