@@ -23,7 +23,7 @@ from features.cases import Question
 from features.digest import build_digest
 from features.evidence import flat
 
-from .prompt import FAULT_TYPES, option_ids, step_schema, system_prompt, user_prompt
+from .prompt import FAULT_TYPES, REASON_CHARS, fault_types_for, option_ids, step_schema, system_prompt, user_prompt
 from .rank import REASON_WORDS, evidence_steps, reason, trace_of, words
 from .rank import answer as rank_answer
 from .tools import TOOLS, TRACE_ACTION, Context, checks_of, run_tool
@@ -104,6 +104,8 @@ OWN_WORDS = 12
 def with_words(reason_text: str, own: str, fault_type: str) -> str:
     """The model's words as a sentence of their own after the reason, whole or not at all: left out where they
     are long, would run the reason past its words, or name a fault type other than the one chosen."""
+    if len(own) >= REASON_CHARS:  # cut at the schema's length: not whole
+        return reason_text
     own = flat(own, 200).strip().rstrip(".")
     if not own or len(own.split()) > OWN_WORDS or len(f"{reason_text} {own}".split()) > REASON_WORDS:
         return reason_text
@@ -112,14 +114,14 @@ def with_words(reason_text: str, own: str, fault_type: str) -> str:
     return f"{reason_text} {own[:1].upper()}{own[1:]}."
 
 
-def check_answer(step: dict, options: dict, top: str, contradicted: set[str]) -> str | None:
+def check_answer(step: dict, options: dict, top: str, contradicted: set[str], levels: dict[str, str]) -> str | None:
     """Why an answer is not acceptable (with what would be), or None."""
     option = step.get("option")
     if not isinstance(option, str) or option not in options:
         return f"'{flat(str(option), 8)}' is not an option (options: {', '.join(options)})"
-    if step.get("fault_type") not in FAULT_TYPES:
-        return f"'{flat(str(step.get('fault_type')), 40)}' is not one of the fault types"
     component = options[step["option"]][0]
+    if step.get("fault_type") not in fault_types_for({levels[component]}):
+        return f"'{flat(str(step.get('fault_type')), 40)}' is not a fault type of a {levels[component]}"
     if component != top and top not in contradicted:
         firsts = ", ".join(o for o, (c, _) in options.items() if c == top)
         return (f"option {flat(step['option'], 8)} is not candidate 1's: choose {firsts}, "
@@ -149,6 +151,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     digest_seconds = time.monotonic() - started
     ctx = Context(con, question)
     options = option_ids(digest)
+    levels = {c.component: c.level for c in digest.candidates}
     targets = list(dict.fromkeys(c for c, _ in options.values()))
     top = targets[0] if targets else ""
     tool_steps: list[dict] = []
@@ -188,7 +191,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             allow = len(tool_steps) - tested < max_tools and not must_answer
             # The options open now: candidate 1's, or any once a check of candidate 1 found its evidence gone.
             open_options = [o for o, (c, _) in options.items() if c == top or top in contradicted]
-            schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, open_options)
+            schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, open_options,
+                                 fault_types_for({levels[options[o][0]] for o in open_options}))
             t = time.perf_counter()
             reply, usage = chat(messages, schema, time_limit - (time.monotonic() - started))
             calls.append({"reply": reply, "seconds": round(time.perf_counter() - t, 2), **usage})
@@ -209,7 +213,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                         messages.append({"role": "user", "content": f"{result}\nTake one step."})
                         continue
                     repeated = True
-                problem = check_answer(step, options, top, contradicted)
+                problem = check_answer(step, options, top, contradicted, levels)
                 if problem is None:
                     component, option = options[step["option"]]
                     if component != top:

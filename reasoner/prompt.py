@@ -54,9 +54,20 @@ def user_prompt(description: str, digest: Digest, tests: list[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def step_schema(actions: list[str], targets: list[str], options: list[str]) -> dict:
+REASON_CHARS = 60  # the answer's own words; a reply that reaches it was cut
+
+
+def fault_types_for(levels: set[str]) -> list[str]:
+    """The fault types a candidate of these levels can have: a node's are the node faults, the others' the rest."""
+    return [t for t in FAULT_TYPES if ("node" in levels and t.startswith("node ")) or
+            (levels - {"node"} and not t.startswith("node "))]
+
+
+def step_schema(actions: list[str], targets: list[str], options: list[str],
+                fault_types: list[str] = FAULT_TYPES) -> dict:
     """One step: one of `actions` (a check of one of `targets`, or "answer": one of the `options` open and a fault
-    type). Where only an answer may follow, the schema is the answer's: no check fields, no blank choice."""
+    type that fits their levels). Where only an answer may follow, the schema is the answer's: no check fields, no
+    blank choice."""
     checks = actions != ["answer"]
     blank = [""] if checks else []
     properties = {"action": {"type": "string", "enum": actions}}
@@ -64,6 +75,6 @@ def step_schema(actions: list[str], targets: list[str], options: list[str]) -> d
         properties |= {"target": {"type": "string", "enum": [*targets, ""]},
                        "keyword": {"type": "string", "maxLength": 40}}
     properties |= {"option": {"type": "string", "enum": [*options, *blank]},
-                   "fault_type": {"type": "string", "enum": [*FAULT_TYPES, *blank]},
-                   "reason": {"type": "string", "maxLength": 60}}
+                   "fault_type": {"type": "string", "enum": [*fault_types, *blank]},
+                   "reason": {"type": "string", "maxLength": REASON_CHARS}}
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}

@@ -265,3 +265,18 @@ def test_the_trace_tells_the_chosen_evidence_by_kind_and_why_the_next_candidates
         assert named == "cartservice" or (named in others and observation.startswith(f"set aside {named} ("))
     assert [a for a, _ in steps[:1]] == ["MetricAnalysis(cartservice)"]
     assert len([a for a, o in steps if o.startswith("set aside")]) == len([c for c in others])
+
+
+def test_a_node_s_fault_type_stays_a_node_s():
+    from reasoner.prompt import fault_types_for
+
+    assert fault_types_for({"node"}) == ["node cpu stress", "node memory stress", "node disk fill"]
+    assert "pod kill" in fault_types_for({"service", "pod"}) and "node cpu stress" not in fault_types_for({"pod"})
+
+
+def test_words_the_schema_cut_are_left_out():
+    from reasoner.agent import with_words
+
+    reason = "Pod failure in cartservice: response fell from 660 to 0."
+    assert with_words(reason, "x" * 59, "pod failure").endswith("X" + "x" * 58 + ".")
+    assert with_words(reason, "The silence response of cartservice-0 and cartservice-1 is 0", "pod failure") == reason
