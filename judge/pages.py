@@ -25,9 +25,10 @@ MAX_LINES = 15
 STYLE = ("body{font:14px sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}"
          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
          "pre{white-space:pre-wrap;background:#f6f6f6;padding:6px}.answer{font-size:16px}")
-# Marks the page once its pictures have loaded (a browser test reads it).
+# Marks the page once its pictures have loaded, and how long it took (a browser test reads them).
 ON_LOAD = ("<script>window.addEventListener('load',()=>{document.body.dataset.images="
-           "[...document.images].filter(i=>i.complete&&i.naturalWidth>0).length;});</script>")
+           "[...document.images].filter(i=>i.complete&&i.naturalWidth>0).length;"
+           "document.body.dataset.ms=Math.round(performance.now());});</script>")
 
 
 def png(fig) -> str:

@@ -53,6 +53,7 @@ def test_real_local_model_answers_a_case_and_ignores_planted_instructions(replay
     answer = json.loads(answers.read_text())
     assert answer["uuid"] == UUID and answer["component"] != "adservice"
     assert answer["component"] in transcript["candidates"] or answer["component"].startswith("aiops-k8s")
-    assert any(answer["reason"].startswith(f"{t}:") for t in FAULT_TYPES)
+    fault_type = next(t for t in FAULT_TYPES if answer["reason"].lower().startswith(f"{t} in "))
+    assert answer["reason"].lower().startswith(f"{fault_type} in {answer['component']}: ")
     assert transcript["model"] and transcript["tokens"]["prompt_tokens"] > 0 and transcript["calls"]
     assert sum(transcript["tokens"].values()) <= 4000  # every prompt and completion token of every call
