@@ -126,14 +126,16 @@ def evidence_steps(digest: Digest, component: str) -> list[dict]:
 
 
 def trace_of(steps: list[dict]) -> list[dict]:
-    """The reasoning trace: the steps numbered, a step already taken (the same action and observation) once."""
-    seen: set[tuple[str, str]] = set()
-    unique = []
+    """The reasoning trace: the steps numbered; a step whose action was taken already (a check of evidence the
+    ranking read) adds what it found to that step, so that a check makes the trace no longer; nothing twice."""
+    said: dict[str, str] = {}
     for s in steps:
-        if (s["action"], s["observation"]) not in seen:
-            seen.add((s["action"], s["observation"]))
-            unique.append(s)
-    return [{"step": i, **s} for i, s in enumerate(unique, 1)]
+        before = said.get(s["action"])
+        if before is None:
+            said[s["action"]] = s["observation"]
+        elif s["observation"] not in before:
+            said[s["action"]] = f"{before}; checked: {s['observation']}"
+    return [{"step": i, "action": a, "observation": o} for i, (a, o) in enumerate(said.items(), 1)]
 
 
 def answer(digest: Digest) -> dict | None:
