@@ -27,6 +27,7 @@ demo: setup
 	-$(BIN)/rcalab diagnose --agent llm --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json --out $(DEMO)/llm.jsonl
 	$(BIN)/rcalab judge --truth $(DEMO)/dump/groundtruth.jsonl --answers $(DEMO)/rank.jsonl --answers $(DEMO)/llm.jsonl \
 		--report $(DEMO)/report --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json
+	$(BIN)/rcalab detect --db $(DEMO)/store.duckdb --given $(DEMO)/dump/input.json --out $(DEMO)/detected.json
 
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results

@@ -3,7 +3,9 @@ a simulated replay of a ground-truth schedule and on real labelled dumps (the Ne
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -11,14 +13,18 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from scipy.stats import mannwhitneyu
+
 from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
 from judge.report import service_of
 from testbed.bench import REPLAY_SCALE
 
-from .cases import load_questions
+from . import detect
+from .cases import Question, load_questions
 from .digest import build_digest
+from .evidence import Window
 
 def names(row: dict) -> set[str]:
     instance = row["instance"]
@@ -87,4 +93,71 @@ def run(schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, se
         for name, db, input_json, truth in labelled_stores(Path(tmp), schedule, real, scale, seed, progress):
             progress(f"ranking {name}")
             result[name] = ranking(db, input_json, truth)
+        return result
+
+
+DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
+FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
+
+
+def detection(db: Path, input_json: Path, truth: Path) -> dict:
+    """Detected incidents against the labelled faults (precision, recall, delay), and the confidence between the
+    fault windows and as many windows of the same lengths with no fault in them (AUROC, 'no clear' shares)."""
+    faults = [(q.start, q.end) for q in load_questions(input_json)]
+    rows = {r["uuid"]: r for r in map(json.loads, Path(truth).read_text().splitlines())}
+    con = store.connect(db, read_only=True)
+    try:
+        started = time.perf_counter()
+        lo, hi = detect.span(con)
+        found = detect.incidents(detect.scan(con, lo, hi))
+        seconds = time.perf_counter() - started
+        delays = [min((max(i.start - a, dt.timedelta(0)) for i in found if i.start <= b and a <= i.end),
+                      default=None) for a, b in faults]
+        caught = [d for d in delays if d is not None and d <= FOUND_WITHIN]
+        true_incidents = sum(any(i.start <= b and a <= i.end for a, b in faults) for i in found)
+        fault_conf, quiet_conf = [], []
+        for q in load_questions(input_json):
+            d = build_digest(con, q)
+            row = rows[q.uuid]
+            right = bool(d.candidates) and hit(d.candidates[0].component, names(row), row["instance_type"] == "node")
+            fault_conf.append((d.confidence, right))
+        for w in quiet_windows(faults, [b - a for a, b in faults], lo, hi):
+            dq = build_digest(con, Question("quiet", w.start, w.end, ""))
+            quiet_conf.append(dq.confidence if dq.candidates else 0.0)
+    finally:
+        con.close()
+    scored = [c for c, _ in fault_conf if c is not None]
+    quiet = [c for c in quiet_conf if c is not None]
+    auroc = (mannwhitneyu(scored, quiet).statistic / (len(scored) * len(quiet))) if scored and quiet else None
+    right = [c for c, ok in fault_conf if ok and c is not None]
+    return {"faults": len(faults), "incidents": len(found), "recall": round(len(caught) / len(faults), 3),
+            "precision": round(true_incidents / len(found), 3) if found else None,
+            "median_delay_minutes": round(statistics.median(d.total_seconds() / 60 for d in caught), 1) if caught else None,
+            "detect_seconds": round(seconds, 1), "confidence_auroc": round(auroc, 3) if auroc is not None else None,
+            "quiet_windows": len(quiet),
+            "no_clear_on_quiet": round(sum(c < detect.CLEAR for c in quiet) / len(quiet), 3) if quiet else None,
+            "no_clear_on_right": round(sum(c < detect.CLEAR for c in right) / len(right), 3) if right else None}
+
+
+def quiet_windows(faults: list, lengths: list[dt.timedelta], lo: dt.datetime, hi: dt.datetime) -> list[Window]:
+    """As many windows as faults, each of a fault's length, none within two minutes of a fault, spread evenly
+    over the store's time after its first hour (the same windows every run)."""
+    def free(w: Window) -> bool:
+        return all(b + FOUND_WITHIN < w.start or w.end + FOUND_WITHIN < a for a, b in faults)
+
+    out = []
+    for k, length in enumerate(lengths):
+        starts = [lo + dt.timedelta(hours=1, minutes=m) for m in range(int((hi - lo - length).total_seconds() // 60) - 60)]
+        fits = [Window(s, s + length) for s in starts if free(Window(s, s + length))]
+        if fits:
+            out.append(fits[(k * len(fits)) // len(lengths)])
+    return out
+
+
+def detection_run(schedule: Path, real: list[Path], scale: float, seed: int = 7, progress=lambda what: None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = {}
+        for name, db, input_json, truth in labelled_stores(Path(tmp), schedule, real, scale, seed, progress):
+            progress(f"detecting in {name}")
+            result[name] = detection(db, input_json, truth)
         return result

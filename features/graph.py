@@ -18,7 +18,7 @@ from importlib import resources
 import duckdb
 import networkx as nx
 
-from .evidence import TRACE_REACH, Window
+from .evidence import BASELINE, TRACE_REACH, Window
 
 
 @cache
@@ -78,3 +78,21 @@ def depends_on(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
 def callers(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
     """What calls a component within `hops` calls (what calls a pod's service calls the pod)."""
     return _calls(g, component, hops, upstream=True)
+
+
+def topology(con: duckdb.DuckDBPyConnection, w: Window) -> tuple[dict[str, set[str]], set[str], dict[str, str]]:
+    """Pods of each service, the nodes, and each pod's node, around the window."""
+    pods_of: dict[str, set[str]] = {}
+    node_of: dict[str, str] = {}
+    for pod, service, node in con.execute("select pod, service, node from placement").fetchall():
+        pods_of.setdefault(service, set()).add(pod)
+        node_of[pod] = node
+    for comp, kind, service in con.execute("""
+            select distinct component, component_kind, service from metric_points
+            where ts >= ? and ts <= ? and component_kind in ('pod', 'node')""", [w.start - BASELINE, w.end]).fetchall():
+        if kind == "pod" and service:
+            pods_of.setdefault(service, set()).add(comp)
+        elif kind == "node":
+            node_of.setdefault(comp, comp)
+    nodes = set(node_of.values())
+    return pods_of, nodes, node_of

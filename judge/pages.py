@@ -134,6 +134,8 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
         scores = [c.score for c in digest.candidates]
         margin = f"; score {scores[0]:.2f}, the next {scores[1]:.2f}" if len(scores) > 1 else ""
         status = (transcript or {}).get("status", "")
+        if digest.confidence is not None:
+            status += f"; confidence {digest.confidence:.2f}" + ("" if digest.clear else ": no clear root cause")
         parts.append(f"<h2>Answer</h2><p class='answer'><b>{e(answer['component'])}</b>: {e(answer['reason'])}</p>"
                      f"<p>{e(status)}{e(margin)}</p>")
         parts.append(_table(["step", "action", "observation"],

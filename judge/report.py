@@ -81,6 +81,7 @@ def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> d
         "output_tokens_per_case": round(sum(r.get("tokens", {}).get("completion_tokens", 0) for r in rows) / n),
         "failed": sum(r.get("status") == "failed" for r in rows),
         "fallback": sum(r.get("status") == "fallback" for r in rows),
+        "no_clear_root_cause": sum(r.get("clear") is False for r in rows),
     }
     ranked = [(r["uuid"], r.get("candidates") or []) for r in rows if r.get("uuid") in truth_services]
     if ranked:

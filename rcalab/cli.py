@@ -94,29 +94,32 @@ def simulate(out, schedule, cases, limit, scale, seed):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["testbed", "etl", "rank", "diagnose"]))
+@click.argument("what", type=click.Choice(["testbed", "etl", "rank", "diagnose", "detect"]))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
-              help="Volume of simulated traces and logs (default: 1.0, a real day; rank, diagnose: 0.1).")
+              help="Volume of simulated traces and logs (default: 1.0, a real day; rank, diagnose: 0.1; detect: 0.05).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
               help="diagnose: cases of each fault type that both agents answer.")
 @click.option("--schedule", type=click.Path(path_type=Path, dir_okay=False),
               default=Path("../shared/challenge2025/groundtruth-phaseone.jsonl"), show_default=True,
-              help="testbed, rank, diagnose: the ground truth whose cases to replay in the simulator.")
+              help="testbed, rank, diagnose: the ground truth whose cases to replay in the simulator "
+                   "(detect replays the demo's day: six faults and sixteen quiet hours).")
 @click.option("--real", type=click.Path(path_type=Path, file_okay=False), multiple=True,
               default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique"),
                        Path("../shared/nezha-trainticket-0129am")],
-              show_default=True, help="rank, diagnose: labelled real dumps (Nezha layout) to measure too.")
+              show_default=True, help="rank, diagnose, detect: labelled real dumps (Nezha layout) to measure too.")
 @reports_errors
 def bench(what, out, scale, nezha, sample, schedule, real):
     """Measure a stage; print a table and save it as OUT/WHAT.json.
 
     testbed and etl use one simulated day; rank replays SCHEDULE in the simulator and ranks
     every case, and every case of the real dumps; diagnose runs both agents on the same
-    stratified sample of each (SAMPLE cases of every fault type).
+    stratified sample of each (SAMPLE cases of every fault type); detect finds the incidents of
+    the demo's simulated day and of each real dump, and scores the confidence on their faults
+    and on as many windows with none.
 
     Example: rcalab bench rank --scale 0.1
     """
@@ -135,6 +138,12 @@ def bench(what, out, scale, nezha, sample, schedule, real):
         with working("diagnose") as update:
             result = run(schedule, list(real), per_type=sample, scale=scale or REPLAY_SCALE, progress=update)
         tables.append(diagnose_table(result))
+    elif what == "detect":
+        from features.bench import DEMO_DAY, detection_run
+
+        with working("detect") as update:
+            result = detection_run(DEMO_DAY, list(real), scale=scale or 0.05, progress=update)
+        tables.append(detect_table(result))
     elif what == "testbed":
         from testbed.bench import run, signatures
 
@@ -198,6 +207,18 @@ def diagnose_table(result: dict) -> Table:
                     "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
         table.add_row(measure.replace("_per_case", " a case").replace("_", " "),
                       *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
+    return table
+
+
+def detect_table(result: dict) -> Table:
+    table = Table(title="rcalab bench detect")
+    columns = ("faults", "incidents", "recall", "precision", "median_delay_minutes", "detect_seconds",
+               "confidence_auroc", "no_clear_on_quiet", "no_clear_on_right")
+    table.add_column("set")
+    for column in columns:
+        table.add_column(column.replace("_", " "), justify="right")
+    for name, figures in result.items():
+        table.add_row(escape(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
     return table
 
 
@@ -279,6 +300,69 @@ def llm_serve(port, ctx):
 
     click.echo(f"serving the embedded model on http://127.0.0.1:{port}/v1", err=True)
     serve(port, ctx)
+
+
+@cli.command()
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@click.option("--day", type=click.DateTime(["%Y-%m-%d"]), help="Scan this UTC day (default: all the store holds).")
+@click.option("--from", "from_", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]), help="Scan from (UTC).")
+@click.option("--to", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]), help="Scan to (UTC).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the incidents as questions (the challenge's input.json) for diagnose.")
+@click.option("--given", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Questions already known (input.json): each incident names those it overlaps; those no "
+                   "incident overlaps are listed as missed.")
+@reports_errors
+def detect(db, day, from_, to, out, given):
+    """Find the abnormal windows of a store without being told, merged into incidents.
+
+    Every 5 minutes a 10-minute window is ranked as a case; a window whose top candidate scores
+    0.6 or more is abnormal, and abnormal windows in a row with the same culprit are one incident.
+
+    Example: rcalab detect --db store.duckdb --out detected.json && rcalab diagnose --db store.duckdb --input detected.json --out answers.jsonl
+    """
+    import datetime as dt
+
+    from etl.store import connect
+    from features.cases import load_questions
+    from features.detect import as_questions, incidents, scan, span
+
+    con = connect(db, read_only=True)
+    known = span(con)
+    if known is None:
+        raise RcalabError(f"{db}: the store holds no metrics; load a dump with 'rcalab etl DUMP --db {db}'")
+    lo, hi = (day, day + dt.timedelta(days=1)) if day else (from_ or known[0], to or known[1])
+    lo, hi = max(lo, known[0]), min(hi, known[1])
+    if hi <= lo:
+        raise RcalabError(f"{db}: holds {known[0]:%Y-%m-%d %H:%M} to {known[1]:%Y-%m-%d %H:%M} UTC, nothing in the "
+                          "asked time")
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("scanning", total=None)
+        found = incidents(scan(con, lo, hi, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                    total=total)))
+    known_cases = load_questions(given) if given else []
+
+    def overlapping(start, end):
+        return [q for q in known_cases if q.start <= end and start <= q.end]
+
+    table = Table(title=f"incidents {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC")
+    for column in ("start", "end", "score", "confidence", "components") + (("given",) if given else ()):
+        table.add_column(column)
+    for i in found:
+        table.add_row(f"{i.start:%m-%d %H:%M}", f"{i.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
+                      escape(", ".join(i.components[:3])),
+                      *([escape(", ".join(q.uuid for q in overlapping(i.start, i.end)) or "none")] if given else []))
+    for q in known_cases:
+        if lo <= q.end and q.start <= hi and not any(i.start <= q.end and q.start <= i.end for i in found):
+            table.add_row(f"{q.start:%m-%d %H:%M}", f"{q.end:%H:%M}", "-", "-", "missed", escape(q.uuid))
+    Console().print(table)
+    if out:
+        if out.exists() and (out.resolve() == db.resolve() or not out.read_bytes()[:64].lstrip().startswith(b"[")):
+            raise RcalabError(f"{out} exists and is not a questions file (a JSON list); name another file with --out")
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(as_questions(found), indent=1) + "\n")
+        tmp.replace(out)
+        click.echo(f"{len(found)} incidents written to {out}")
 
 
 @cli.command()

@@ -129,6 +129,12 @@ def check_answer(step: dict, options: dict, top: str, contradicted: set[str], le
     return None
 
 
+def standing(digest) -> dict:
+    """What a transcript says of the ranking: the candidates, and whether the top one stands out."""
+    return {"candidates": [c.component for c in digest.candidates], "confidence": digest.confidence,
+            "clear": digest.clear}
+
+
 def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
     """The `rank` agent: the ranking's top option, no model."""
     started = time.monotonic()
@@ -139,7 +145,7 @@ def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
     return Outcome(question.uuid, answer, error, {
         "uuid": question.uuid, "status": "answered" if answer else "failed", "error": error, "model": "rank",
         "messages": [], "calls": [], "tool_calls": 0, "tokens": {"prompt_tokens": 0, "completion_tokens": 0},
-        "seconds": seconds, "digest_seconds": seconds, "candidates": [c.component for c in digest.candidates]})
+        "seconds": seconds, "digest_seconds": seconds, **standing(digest)})
 
 
 def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, model: str = "",
@@ -250,6 +256,6 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         "uuid": question.uuid, "status": status, "error": outcome.error, "why_not_top": why_not_top,
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
-        "candidates": [c.component for c in digest.candidates],
+        **standing(digest),
     }
     return outcome

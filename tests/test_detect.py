@@ -1,0 +1,76 @@
+"""Detection on tiny stores: a quiet day finds nothing, one fault is one incident over its window, a gap in
+collection is no incident; the confidence tells a fault's window from a quiet one."""
+
+import datetime as dt
+import json
+
+from click.testing import CliRunner
+from test_ranking import END, START, T0, Tiny, digest
+
+from features.cases import Question, load_questions
+from features.detect import as_questions, incidents, scan, span
+from features.digest import build_digest
+from rcalab.cli import cli
+
+SERVICES = ("cart", "frontend", "checkout")
+
+
+def day(path, fault=None):
+    """Three services of two pods each, cpu and memory a minute; `fault` is what cart-1's cpu does in the window
+    (its memory triples), or "stop": every series stops."""
+    t = Tiny(path)
+    for service in SERVICES:
+        for i in range(2):
+            pod = f"{service}-{i}"
+            t.place(pod, service)
+            t.series(pod, "pod_cpu_usage", 0.2, service=service, node="node-1",
+                     fault=fault if pod == "cart-1" or fault == "stop" else None)
+            memory = fault if fault == "stop" else 9e8 if fault and pod == "cart-1" else None
+            t.series(pod, "pod_memory_working_set_bytes", 3e8, service=service, node="node-1", fault=memory)
+    return t.done()
+
+
+def found(con):
+    lo, hi = span(con)
+    return incidents(scan(con, lo, hi))
+
+
+def test_a_quiet_day_has_no_incident(tmp_path):
+    assert found(day(tmp_path / "quiet.duckdb")) == []
+
+
+def test_one_fault_is_one_incident_over_its_window(tmp_path):
+    con = day(tmp_path / "fault.duckdb", fault=2.0)
+    [incident] = found(con)
+    assert incident.start <= START + dt.timedelta(minutes=2) and incident.end >= END - dt.timedelta(minutes=5)
+    assert incident.end - incident.start <= (END - START) + dt.timedelta(minutes=20)
+    assert incident.components[0] in ("cart-1", "cart")
+    assert incident.confidence > 0.9
+    [question] = as_questions([incident])
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps([question]))
+    assert load_questions(path)[0].start == incident.start  # diagnose takes it as it is
+
+
+def test_a_gap_in_collection_is_no_incident(tmp_path):
+    assert found(day(tmp_path / "gap.duckdb", fault="stop")) == []
+
+
+def test_the_confidence_tells_a_fault_from_a_quiet_window(tmp_path):
+    con = day(tmp_path / "fault.duckdb", fault=2.0)
+    at_fault = digest(con)
+    assert at_fault.clear and at_fault.confidence >= 0.9
+    assert "confidence" in at_fault.text
+    quiet = build_digest(con, Question("quiet", T0 + dt.timedelta(minutes=40), T0 + dt.timedelta(minutes=60), ""))
+    assert not quiet.clear
+
+
+def test_detect_writes_questions_diagnose_takes(tmp_path):
+    day(tmp_path / "fault.duckdb", fault=2.0).close()
+    out = tmp_path / "detected.json"
+    result = CliRunner().invoke(cli, ["detect", "--db", str(tmp_path / "fault.duckdb"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1 incidents written" in result.output and len(load_questions(out)) == 1
+    result = CliRunner().invoke(cli, ["detect", "--db", str(tmp_path / "fault.duckdb"), "--out",
+                                      str(tmp_path / "fault.duckdb")])
+    assert result.exit_code == 1 and "not a questions file" in result.output
