@@ -7,18 +7,22 @@ one scale on every store: a window is abnormal from `ABNORMAL` up, and abnormal 
 one another with the same culprit are one incident (back-to-back faults of other components are
 incidents of their own).
 
-The confidence of an answer is relative: most windows of a day are normal, so the median and the
-MAD of the levels of windows of the case's length spread over its day describe normal there,
-however noisy the store, and the confidence is the normal distribution's share below the case's
-level. Principles: the families' own baselines, the robust null. Constants: `ABNORMAL` was fitted on
-two real days (Train Ticket 2023-01-30, Online Boutique 2022-08-22) and checked on the third
-(Train Ticket 2023-01-29 morning) and the demo's simulated day; `STEP`, `LENGTH`, `CLEAR`,
-`REFERENCES`, `FLOOR` were chosen on the demo's day.
+The confidence of an answer asks that its level stand out twice: against this day's normal, and
+on the scale all stores share. Most windows of a day are normal, so the median and the MAD of the
+levels of windows of the case's length spread over its day describe normal there, however noisy
+the store: the share of that normal (a normal fit) below the level is the first; how far the
+level is past `ABNORMAL` (a logistic of width `WIDTH`) the second; the confidence is their
+geometric mean, so either alone can make it low (a noisy day where everything scores high; a
+quiet day whose best is still weak). Principles: the families' own baselines, the robust null.
+Constants: `ABNORMAL`, `CLEAR` and `WIDTH` were fitted on two real days (Train Ticket 2023-01-30,
+Online Boutique 2022-08-22) and checked on the third (Train Ticket 2023-01-29 morning) and the
+demo's simulated day; `STEP`, `LENGTH`, `REFERENCES`, `FLOOR` were chosen on the demo's day.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -32,7 +36,8 @@ from .ranker import rank
 STEP = dt.timedelta(minutes=5)  # the scan's stride
 LENGTH = dt.timedelta(minutes=10)  # the scan's windows: a fault shows in a few minutes' median
 ABNORMAL = 0.6  # a window whose top candidate scores this much is abnormal
-CLEAR = 0.9  # below this confidence an answer says "no clear root cause"
+WIDTH = 0.1  # of the logistic that says how far a level is past ABNORMAL
+CLEAR = 0.5  # below this confidence an answer says "no clear root cause"
 REFERENCES = 12  # windows of a case's length, spread over its day, that describe normal
 FLOOR = 0.05  # the least spread of normal levels: a store whose windows all score alike is not infinitely sure
 DAY = dt.timedelta(hours=24)
@@ -63,9 +68,13 @@ class Normal:
     def z(self, score: float) -> float:
         return (score - self.median) / self.spread
 
-    def confidence(self, score: float) -> float:
+    def below(self, score: float) -> float:
         """The share of normal windows that score below `score`, from the normal fit."""
-        return round(float(norm.cdf(self.z(score))), 3)
+        return float(norm.cdf(self.z(score)))
+
+    def confidence(self, score: float) -> float:
+        """That `score` stands out from this normal and past ABNORMAL (their geometric mean)."""
+        return round(math.sqrt(self.below(score) / (1 + math.exp(-(score - ABNORMAL) / WIDTH))), 3)
 
 
 
@@ -75,7 +84,7 @@ class Incident:
     start: dt.datetime
     end: dt.datetime
     score: float  # the strongest window's level
-    confidence: float  # the share of the scan's normal windows below it
+    confidence: float  # of its strongest window, against the scan's normal windows
     components: list[str] = field(default_factory=list)  # the windows' top candidates, most frequent first
 
 
@@ -127,8 +136,8 @@ def normal_around(con: duckdb.DuckDBPyConnection, w: Window) -> Normal | None:
 
 
 def confidence(con: duckdb.DuckDBPyConnection, w: Window, score: float) -> float | None:
-    """How sure the top candidate stands out: the share of normal windows of the same length on the same
-    day that score below it. None where the store holds too few windows to tell."""
+    """How sure it is that the top candidate stands out (0-1): against the normal windows of the same length on
+    the same day, and past ABNORMAL. None where the store holds too few windows to tell."""
     normal = normal_around(con, w)
     return normal.confidence(score) if normal else None
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from test_ranking import END, START, T0, Tiny, digest
 
 from features.cases import Question, load_questions
-from features.detect import as_questions, incidents, scan, span
+from features.detect import CLEAR, as_questions, incidents, scan, span
 from features.digest import build_digest
 from rcalab.cli import cli
 
@@ -45,7 +45,7 @@ def test_one_fault_is_one_incident_over_its_window(tmp_path):
     assert incident.start <= START + dt.timedelta(minutes=2) and incident.end >= END - dt.timedelta(minutes=5)
     assert incident.end - incident.start <= (END - START) + dt.timedelta(minutes=20)
     assert incident.components[0] in ("cart-1", "cart")
-    assert incident.confidence > 0.9
+    assert incident.confidence >= CLEAR
     [question] = as_questions([incident])
     path = tmp_path / "input.json"
     path.write_text(json.dumps([question]))
@@ -59,7 +59,7 @@ def test_a_gap_in_collection_is_no_incident(tmp_path):
 def test_the_confidence_tells_a_fault_from_a_quiet_window(tmp_path):
     con = day(tmp_path / "fault.duckdb", fault=2.0)
     at_fault = digest(con)
-    assert at_fault.clear and at_fault.confidence >= 0.9
+    assert at_fault.clear and at_fault.confidence >= CLEAR
     assert "confidence" in at_fault.text
     quiet = build_digest(con, Question("quiet", T0 + dt.timedelta(minutes=40), T0 + dt.timedelta(minutes=60), ""))
     assert not quiet.clear
