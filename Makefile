@@ -33,6 +33,7 @@ bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results
 	$(BIN)/rcalab bench etl --out bench/results
 	$(BIN)/rcalab bench rank --out bench/results
+	$(BIN)/rcalab bench detect --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results
 
 clean:

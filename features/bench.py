@@ -26,6 +26,10 @@ from .cases import Question, load_questions
 from .digest import build_digest
 from .evidence import Window
 
+DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
+FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
+
+
 def names(row: dict) -> set[str]:
     instance = row["instance"]
     return set(instance if isinstance(instance, list) else [instance])
@@ -87,17 +91,16 @@ def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: f
 
 
 def run(schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
-        progress=lambda what: None) -> dict:
+        progress=lambda what: None, measure=None) -> dict:
+    """`measure` (by default `ranking`; or `detection`) on each labelled store."""
+    measure = measure or ranking
     with tempfile.TemporaryDirectory() as tmp:
         result = {}
         for name, db, input_json, truth in labelled_stores(Path(tmp), schedule, real, scale, seed, progress):
-            progress(f"ranking {name}")
-            result[name] = ranking(db, input_json, truth)
+            progress(f"{measure.__name__}: {name}")
+            result[name] = measure(db, input_json, truth)
         return result
 
-
-DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
-FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
 
 
 def detection(db: Path, input_json: Path, truth: Path) -> dict:
@@ -152,12 +155,3 @@ def quiet_windows(faults: list, lengths: list[dt.timedelta], lo: dt.datetime, hi
         if fits:
             out.append(fits[(k * len(fits)) // len(lengths)])
     return out
-
-
-def detection_run(schedule: Path, real: list[Path], scale: float, seed: int = 7, progress=lambda what: None) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        result = {}
-        for name, db, input_json, truth in labelled_stores(Path(tmp), schedule, real, scale, seed, progress):
-            progress(f"detecting in {name}")
-            result[name] = detection(db, input_json, truth)
-        return result

@@ -139,10 +139,10 @@ def bench(what, out, scale, nezha, sample, schedule, real):
             result = run(schedule, list(real), per_type=sample, scale=scale or REPLAY_SCALE, progress=update)
         tables.append(diagnose_table(result))
     elif what == "detect":
-        from features.bench import DEMO_DAY, detection_run
+        from features.bench import DEMO_DAY, detection, run
 
         with working("detect") as update:
-            result = detection_run(DEMO_DAY, list(real), scale=scale or 0.05, progress=update)
+            result = run(DEMO_DAY, list(real), scale=scale or 0.05, seed=7, progress=update, measure=detection)
         tables.append(detect_table(result))
     elif what == "testbed":
         from testbed.bench import run, signatures
