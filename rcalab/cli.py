@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from rcalab.errors import RcalabError
+from rcalab.errors import RcalabError, check_output
 
 console = Console(stderr=True)
 
@@ -357,8 +357,7 @@ def detect(db, day, from_, to, out, given):
             table.add_row(f"{q.start:%m-%d %H:%M}", f"{q.end:%H:%M}", "-", "-", "missed", escape(q.uuid))
     Console().print(table)
     if out:
-        if out.exists() and (out.resolve() == db.resolve() or not out.read_bytes()[:64].lstrip().startswith(b"[")):
-            raise RcalabError(f"{out} exists and is not a questions file (a JSON list); name another file with --out")
+        check_output(out, db, b"[", "a questions file (a JSON list)")
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(json.dumps(as_questions(found), indent=1) + "\n")
         tmp.replace(out)

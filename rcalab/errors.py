@@ -50,3 +50,19 @@ def read_json(path: Path):
         raise RcalabError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except RecursionError:
         raise RcalabError(f"{path}: JSON nested too deeply to read") from None
+
+
+def check_output(path: Path, db: Path, opens: bytes = b"{", kind: str = "an answers file (JSON lines)") -> None:
+    """An output file that exists must be of its kind (its text `opens` so): a store, a parquet file, a pipe or any
+    other file named by mistake is refused before anything cuts, appends to or replaces it."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if path.is_dir() or not path.is_file():
+        raise OutputError(f"{path} is not a regular file; name {kind} with --out")
+    if path.resolve() == Path(db).resolve():
+        raise OutputError(f"{path} is the store itself; name {kind} with --out")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if b"\0" in head or (head.strip() and not head.lstrip().startswith(opens)):
+        raise OutputError(f"{path} exists and is not {kind}; name another file with --out")

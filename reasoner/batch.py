@@ -20,7 +20,7 @@ from typing import Callable
 from etl import store
 from etl.store import exclusive
 from features.cases import Question
-from rcalab.errors import OutputError, read_text
+from rcalab.errors import OutputError, check_output, read_text
 
 from .agent import Chat, diagnose, rank_only
 
@@ -46,22 +46,6 @@ def cut_torn_line(path: Path) -> None:
         data = f.read()
         if data and not data.endswith(b"\n"):
             f.truncate(data.rfind(b"\n") + 1)
-
-
-def check_output(path: Path, db: Path) -> None:
-    """An answers or transcripts file that exists must be JSON lines: a store, a parquet file or any other file
-    named by mistake is refused before anything cuts or appends to it."""
-    path = Path(path)
-    if not path.exists():
-        return
-    if path.is_dir() or not path.is_file():
-        raise OutputError(f"{path} is not a regular file; name an answers file (.jsonl) with --out")
-    if path.resolve() == Path(db).resolve():
-        raise OutputError(f"{path} is the store itself; name an answers file (.jsonl) with --out")
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if b"\0" in head or (head.strip() and not head.lstrip().startswith(b"{")):
-        raise OutputError(f"{path} exists and is not an answers file (JSON lines); name another file with --out")
 
 
 def tried_uuids(path: Path) -> set[str]:

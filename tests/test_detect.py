@@ -3,6 +3,7 @@ collection is no incident; the confidence tells a fault's window from a quiet on
 
 import datetime as dt
 import json
+import os
 
 from click.testing import CliRunner
 from test_ranking import END, START, T0, Tiny, digest
@@ -73,4 +74,13 @@ def test_detect_writes_questions_diagnose_takes(tmp_path):
     assert "1 incidents written" in result.output and len(load_questions(out)) == 1
     result = CliRunner().invoke(cli, ["detect", "--db", str(tmp_path / "fault.duckdb"), "--out",
                                       str(tmp_path / "fault.duckdb")])
-    assert result.exit_code == 1 and "not a questions file" in result.output
+    assert result.exit_code == 1 and "is the store itself; name a questions file" in result.output
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text('{"uuid": "a"}\n')
+    result = CliRunner().invoke(cli, ["detect", "--db", str(tmp_path / "fault.duckdb"), "--out", str(answers)])
+    assert result.exit_code == 1 and "is not a questions file" in result.output
+    assert answers.read_text() == '{"uuid": "a"}\n'
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # read, it would block forever
+    result = CliRunner().invoke(cli, ["detect", "--db", str(tmp_path / "fault.duckdb"), "--out", str(pipe)])
+    assert result.exit_code == 1 and "not a regular file" in result.output
