@@ -102,11 +102,11 @@ def run(schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, se
         return result
 
 
-
 def detection(db: Path, input_json: Path, truth: Path) -> dict:
     """Detected incidents against the labelled faults (precision, recall, delay), and the confidence between the
     fault windows and as many windows of the same lengths with no fault in them (AUROC, 'no clear' shares)."""
-    faults = [(q.start, q.end) for q in load_questions(input_json)]
+    questions = load_questions(input_json)
+    faults = [(q.start, q.end) for q in questions]
     rows = {r["uuid"]: r for r in map(json.loads, Path(truth).read_text().splitlines())}
     con = store.connect(db, read_only=True)
     try:
@@ -119,7 +119,7 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
         caught = [d for d in delays if d is not None and d <= FOUND_WITHIN]
         true_incidents = sum(any(i.start <= b and a <= i.end for a, b in faults) for i in found)
         fault_conf, quiet_conf = [], []
-        for q in load_questions(input_json):
+        for q in questions:
             d = build_digest(con, q)
             row = rows[q.uuid]
             right = bool(d.candidates) and hit(d.candidates[0].component, names(row), row["instance_type"] == "node")
@@ -138,8 +138,8 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
             "median_delay_minutes": round(statistics.median(d.total_seconds() / 60 for d in caught), 1) if caught else None,
             "detect_seconds": round(seconds, 1), "confidence_auroc": round(auroc, 3) if auroc is not None else None,
             "quiet_windows": len(quiet),
-            "no_clear_on_quiet": round(sum(c < detect.CLEAR for c in quiet) / len(quiet), 3) if quiet else None,
-            "no_clear_on_right": round(sum(c < detect.CLEAR for c in right) / len(right), 3) if right else None}
+            "no_clear_on_quiet": round(sum(not detect.clear(c) for c in quiet) / len(quiet), 3) if quiet else None,
+            "no_clear_on_right": round(sum(not detect.clear(c) for c in right) / len(right), 3) if right else None}
 
 
 def quiet_windows(faults: list, lengths: list[dt.timedelta], lo: dt.datetime, hi: dt.datetime) -> list[Window]:

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 import duckdb
 from scipy.stats import norm
 
-from .evidence import Window, collect
-from .graph import dependency_graph, topology
-from .ranker import rank
+from .evidence import Window
+from .ranker import rank_window
 
 STEP = dt.timedelta(minutes=5)  # the scan's stride
 LENGTH = dt.timedelta(minutes=10)  # the scan's windows: a fault shows in a few minutes' median
@@ -77,6 +76,9 @@ class Normal:
         return round(math.sqrt(self.below(score) / (1 + math.exp(-(score - ABNORMAL) / WIDTH))), 3)
 
 
+def clear(confidence: float | None) -> bool:
+    """Whether an answer of this confidence names a clear root cause (unknown counts as clear)."""
+    return confidence is None or confidence >= CLEAR
 
 
 @dataclass
@@ -91,8 +93,7 @@ class Incident:
 def level(con: duckdb.DuckDBPyConnection, w: Window) -> Level:
     if con.execute("select 1 from metric_points where ts >= ? and ts <= ? limit 1", [w.start, w.end]).fetchone() is None:
         return Level(w, None, None)
-    pods_of, nodes, _ = topology(con, w)
-    top = rank(collect(con, w), dependency_graph(con, w), pods_of, nodes, limit=1)
+    top, pods_of, _ = rank_window(con, w, limit=1)
     if not top:
         return Level(w, 0.0, None)
     service = next((s for s, pods in pods_of.items() if top[0].component in pods), top[0].component)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from .evidence import Item
-from .graph import CALLS, callers, depends_on
+from .evidence import Item, Window, collect
+from .graph import CALLS, callers, dependency_graph, depends_on, topology
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
@@ -165,3 +165,9 @@ def shown(evidence: list[Item], limit: int = MAX_EVIDENCE) -> list[Item]:
         (rest if it.kind in seen else firsts).append(it)
         seen.add(it.kind)
     return sorted((firsts + rest)[:limit], key=strength)
+
+
+def rank_window(con, w: Window, limit: int) -> tuple[list[Candidate], dict[str, set[str]], dict[str, str]]:
+    """A window of a store ranked: its candidates, the pods of each service and each pod's node."""
+    pods_of, nodes, node_of = topology(con, w)
+    return rank(collect(con, w), dependency_graph(con, w), pods_of, nodes, limit), pods_of, node_of
