@@ -134,7 +134,7 @@ def trace_of(steps: list[dict]) -> list[dict]:
         if before is None:
             said[s["action"]] = s["observation"]
         elif s["observation"] not in before:
-            said[s["action"]] = f"{before}; checked: {s['observation']}"
+            said[s["action"]] = f"{before.rstrip('; ')}; checked: {s['observation']}"  # words() may end on a ';'
     return [{"step": i, "action": a, "observation": o} for i, (a, o) in enumerate(said.items(), 1)]
 
 

@@ -89,6 +89,7 @@ def test_option_1a_is_tested_then_the_model_checks_and_chooses_an_option(db, que
     tests = checks_of(option_ids(ranked_digest(db, questions))["1a"][1])
     assert tests == ["metric_anomalies"] and "Result of metric_anomalies(cartservice):" in first_prompt
     assert "checked: " in steps["MetricAnalysis(cartservice)"]  # the test of option 1a, in the step it checked
+    assert not any(";;" in s["observation"] for s in trace)
     assert "cartservice" in schema["properties"]["target"]["enum"]
     answer_only = chat.asked[1][1]["properties"]
     assert answer_only["action"]["enum"] == ["answer"]  # one check of its own, then the answer
