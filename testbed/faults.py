@@ -35,7 +35,28 @@ ERRORS = {
     "storage": ("FailedPrecondition", 9,
                 "Can't access cart storage. StackExchange.Redis.RedisTimeoutException: Timeout performing HGET"),
     "db": ("Unavailable", 14, "Error 9005: Region is unavailable; dial tcp {ip}:4000: connect: connection refused"),
+    "lookup": ("Internal", 13, "rpc error: code = Unavailable desc = name resolver error: produced zero addresses; "
+                               "lookup failed on 169.254.25.10:53: no such host"),
 }
+# What a caller says when a call to this callee fails, before the gRPC error.
+FAILED = {
+    "adservice": "failed to retrieve ads",
+    "recommendationservice": "failed to get product recommendations",
+    "cartservice": "could not retrieve cart",
+    "currencyservice": "failed to convert currency",
+    "productcatalogservice": "could not retrieve product",
+    "shippingservice": "failed to get shipping quote",
+    "paymentservice": "failed to charge card",
+    "emailservice": "failed to send order confirmation",
+    "checkoutservice": "failed to complete the order",
+    "redis-cart": "Can't access cart storage",
+    "tidb-tidb": "failed to query product catalog",
+    "tidb-pd": "failed to get timestamp from PD",
+    "tidb-tikv": "tikv request failed",
+}
+# A service that answers its callers `Internal` when a call it needs fails (hipstershop's checkout wraps every
+# error of preparing an order so), with the words it puts before the cause.
+WRAPS = {"checkoutservice": "failed to prepare order"}
 TRANSIENT = ("Unavailable", 14, "transport is closing")
 
 
@@ -146,32 +167,71 @@ def _fail(day: Day, pods, sl: slice, p, kind: str) -> None:
     day.own_err_kind.update({pod: kind for pod in pods})
 
 
-def _cut_off(day: Day, pods, sl: slice, kind: str, kpis, factor: float) -> None:
-    """Connections to `pods` fail with `kind` during `sl`; their `kpis` drop to `factor` of normal."""
+def _cut_off(day: Day, pods, sl: slice, kind: str, kpis, factor: float, logged=None) -> None:
+    """Connections to `pods` fail with `kind` during `sl`; their `kpis` drop to `factor` of normal; their clients
+    log the failures (`logged`, by default `kind`)."""
     idx = _idx(day, pods)
     day.unreachable[sl, idx] = True
     day.unreachable_kind.update({pod: kind for pod in pods})
     for k in kpis:
         day.pod_kpi[k][sl, idx] *= factor
+    _client_logs(day, pods, sl, logged or (kind,))
 
 
 def _burst(day: Day, pods, sl: slice, messages, per_minute: float, severity="error") -> None:
     day.bursts.append(LogBurst(tuple(pods), sl.start, sl.stop, tuple(messages), per_minute, severity))
 
 
-def _client_logs(day: Day, callers, callees, sl: slice, kinds, per_minute: float = 1.0) -> None:
-    """Clients log failing connections and calls at a pace of their own (gRPC reconnects and retries), not
-    only when a user's request happens to fail: each caller pod logs the errors `kinds` to `callees`."""
-    messages = tuple(dict.fromkeys(f"rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
-                                   for name, _, desc in [status_text(kind, day.topo, pod)]))
-    _burst(day, callers, sl, messages, per_minute)
+def _client_logs(day: Day, callees, sl: slice, kinds, per_minute: float = 1.0, callers=None) -> None:
+    """Clients log failing connections and calls at a pace of their own (gRPC reconnects and retries), not only
+    when a user's request happens to fail: each caller pod (by default every pod of a service that calls them) logs
+    the errors `kinds` of calls to `callees`, in its own words; a caller that wraps errors (`WRAPS`) answers its
+    own callers `Internal`, and they log that."""
+    topo = day.topo
+    service = topo.service_of[callees[0]]
+    sources = _callers(service) if callers is None else [topo.service_of[callers[0]]]
+    if not sources:  # the frontend: its users see the failures, no service logs them
+        return
+    errors = [f"{FAILED[service]}: rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
+              for name, _, desc in [status_text(kind, topo, pod)]]
+    for caller in sources:
+        pods = topo.pods_of(caller) if callers is None else callers
+        _burst(day, pods, sl, dict.fromkeys(errors), per_minute)
+        if caller in WRAPS:
+            wrapped = [f"{FAILED[caller]}: rpc error: code = Internal desc = {WRAPS[caller]}: {e}" for e in errors]
+            for above in _callers(caller):
+                _burst(day, topo.pods_of(above), sl, dict.fromkeys(wrapped), per_minute)
 
 
 def _callers(service: str) -> list[str]:
     """The services that call `service`, in the topology's order (so that a seed gives the same dump)."""
-    return [caller for caller, callees in CALLS.items() if service in callees and caller in SERVICES]
+    return [caller for caller, callees in CALLS.items() if service in callees]
 
 
+def _cold_start(day: Day, pods, minute: int) -> None:
+    """A fresh container from `minute` on: memory starts low and warms up over half an hour, caches are cold."""
+    idx = _idx(day, pods)
+    after = slice(minute, min(day.own_factor.shape[0], minute + 30))
+    warm = np.minimum(1.0, 0.15 + np.arange(after.stop - after.start) / 30.0)[:, None]
+    day.pod_kpi["pod_memory_working_set_bytes"][after, idx] *= warm
+    day.own_factor[after, idx] *= 1 + 1.5 * (1 - warm)
+
+
+def _crash_loop(minutes: int, rng: np.random.Generator) -> np.ndarray:
+    """Second by second, a server that crashes soon after each start: up a few seconds (start-up, then the first
+    request that hits the defect), then down for kubelet's restart back-off (10 s, doubling, at most 300 s).
+    Whether it is down, for each second of `minutes`."""
+    down = np.zeros(minutes * 60, bool)
+    t, backoff = 0.0, 10.0
+    while t < down.size:
+        t += rng.uniform(3, 15)
+        down[int(t):int(t + backoff)] = True
+        t += backoff
+        backoff = min(2 * backoff, 300.0)
+    return down.reshape(minutes, 60)
+
+
+_PART = {"tidb-tidb-0": "tidb", "tidb-tikv-0": "tikv", "tidb-pd-0": "pd"}  # a TiDB pod -> its metrics' part
 _NET_KPIS = ("pod_network_receive_bytes", "pod_network_transmit_bytes",
              "pod_network_receive_packets", "pod_network_transmit_packets")
 _JVM_AGENT = (
@@ -192,6 +252,8 @@ def _jvm_rule(rule: str) -> tuple[str, ...]:
        ["pod_cpu_usage"],
        ["high CPU utilization", "CPU saturation", "CPU overload", "CPU usage spike", "cpu stress"])
 def cpu_stress(day, target, sl, rng):
+    """Stress processes in the pod burn cpu (usage up, more processes); the server competes with them for the
+    cpu, so its own work takes longer."""
     idx = _idx(day, target.pods)
     day.pod_kpi["pod_cpu_usage"][sl, idx] += _ramp(sl, rng, 1.6, 2.0)
     day.pod_kpi["pod_processes"][sl, idx] += 4
@@ -204,16 +266,16 @@ def cpu_stress(day, target, sl, rng):
        ["pod_memory_working_set_bytes"],
        ["high memory usage", "memory saturation", "memory exhaustion", "memory leak", "memory stress"])
 def memory_stress(day, target, sl, rng):
+    """A process in the pod allocates and holds memory (working set up, one more process); at the peak the
+    container hits its limit and is OOM-killed: a minute with no process and refused connections, then a cold
+    start."""
     idx = _idx(day, target.pods)
     day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += _ramp(sl, rng, 1.2e9, 1.4e9)
     day.pod_kpi["pod_processes"][sl, idx] += 2
     day.own_factor[sl, idx] *= 1.3
-    # At its peak the container hits its limit and is OOM-killed: a minute of refused connections, then a
-    # cold start.
     oom = slice(sl.start + (sl.stop - sl.start) // 2, sl.start + (sl.stop - sl.start) // 2 + 1)
-    _cut_off(day, target.pods, oom, "refused", (), 1.0)
-    callers = [p for c in _callers(day.topo.service_of[target.pods[0]]) for p in day.topo.pods_of(c)]
-    _client_logs(day, callers, target.pods, oom, ("refused",), 2)
+    _cut_off(day, target.pods, oom, "refused", ("pod_processes",), 0.0)
+    _cold_start(day, target.pods, oom.stop)
     _burst(day, target.pods, oom, ("could not load the warm cache after an OOM restart, starting cold",), 2,
            "warning")
 
@@ -229,17 +291,33 @@ def memory_stress(day, target, sl, rng):
        ["client_error", "client_error_ratio", "error", "error_ratio", "pod_processes", "request", "response"],
        ["pod crash", "pod terminated unexpectedly", "container exit", "pod failure"])
 def pod_failure(day, target, sl, rng):
-    _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", "pod_processes", *_NET_KPIS), 0.02)
-    part = {"tidb-tidb-0": "tidb", "tidb-tikv-0": "tikv", "tidb-pd-0": "pd"}.get(target.pods[0])
+    """The pod's container is replaced by one that does nothing for the window: no process, no cpu, no traffic;
+    connections held by clients are reset (`connection failure`), new ones refused; then it starts again, cold.
+    A TiDB part that fails stops reporting work and restarts its uptime; a failed tikv leaves its regions
+    pending and TiDB's queries failing until it is back."""
+    _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", "pod_processes", *_NET_KPIS), 0.0,
+             logged=("reset", "refused"))
+    _cold_start(day, target.pods, sl.stop)
+    part = _PART.get(target.pods[0])
     if part:
         kpis = day.db_kpi[part]
-        for k in ("server_is_up", "cpu_usage", "qps", "connection_count", "grpc_qps"):
+        for k in ("server_is_up", "cpu_usage", "qps", "connection_count", "grpc_qps", "io_util", "read_mbps",
+                  "write_wal_mbps", "threadpool_readpool_cpu"):
             if k in kpis:
                 kpis[k][sl] = 0.0
+        if "uptime" in kpis:
+            kpis["uptime"][sl.start:] = np.arange(day.load.size - sl.start) * 60.0 - (sl.stop - sl.start) * 60.0
+            kpis["uptime"][sl] = 0.0
+        if part == "tikv":  # its regions lose a peer: pending while it is down, catching up after
+            catch_up = slice(sl.stop, min(day.load.size, sl.stop + 10))
+            kpis["region_pending"][sl] += day.db_kpi["pd"]["region_count"][sl]
+            kpis["region_pending"][catch_up] += np.linspace(30, 0, catch_up.stop - catch_up.start)
+            day.db_kpi["pd"]["abnormal_region_count"][sl] += day.db_kpi["pd"]["region_count"][sl]
+            day.db_kpi["pd"]["store_down_count"][sl] = 1.0
+            day.db_kpi["pd"]["store_up_count"][sl] = 0.0
         if part != "tidb":
             day.db_kpi["tidb"]["duration_99th"][sl] *= 40
             day.db_kpi["tidb"]["failed_query_ops"][sl] += 30
-            day.db_kpi["pd"]["store_down_count"][sl] = 1.0 if part == "tikv" else 0.0
 
 
 @fault("pod kill", "pod fault", "pods",
@@ -250,9 +328,11 @@ def pod_failure(day, target, sl, rng):
        ["client_error", "client_error_ratio", "error", "error_ratio", "pod_processes", "request", "response"],
        ["pod killed", "forceful pod termination", "container killed", "pod eviction"], window_seconds=1)
 def pod_kill(day, target, sl, rng):
+    """The pod is deleted and its replacement started: the first minute calls in flight are cut and new ones
+    refused (client errors), the next the new pod starts and gets no traffic; no process for those two minutes;
+    clients wait out a reconnect back-off; the new container starts cold."""
     idx = _idx(day, target.pods)
-    # The first minute, calls in flight and new ones fail (client errors); the next, the pod restarts unrouted.
-    day.unreachable[sl.start:sl.start + 1, idx] = True
+    _cut_off(day, target.pods, slice(sl.start, sl.start + 1), "refused", (), 1.0, logged=("canceled", "refused"))
     day.unrouted[sl.start + 1:sl.start + 2, idx] = True
     down = slice(sl.start, sl.start + 2)
     # Until the pod is back, clients holding connections to it wait out a reconnect backoff before another
@@ -263,11 +343,7 @@ def pod_kill(day, target, sl, rng):
     for k in _NET_KPIS:
         day.pod_kpi[k][down, idx] *= 0.05
     day.pod_kpi["pod_processes"][down, idx] = 0
-    # A fresh container, whatever the window's length: memory starts low and warms up, caches are cold.
-    after = slice(sl.start, min(day.own_factor.shape[0], sl.start + 30))
-    warm = np.minimum(1.0, 0.15 + np.arange(after.stop - after.start) / 30.0)[:, None]
-    day.pod_kpi["pod_memory_working_set_bytes"][after, idx] *= warm
-    day.own_factor[after.start + 2:after.stop, idx] *= 1 + 1.5 * (1 - warm[2:])
+    _cold_start(day, target.pods, sl.start)
 
 
 # --- JVM (adservice, via Byteman rules) --------------------------------------------
@@ -280,6 +356,7 @@ def pod_kill(day, target, sl, rng):
        ["pod_cpu_usage", "adservice--stress"],
        ["JVM CPU spike", "JVM CPU overload", "JVM high CPU usage", "JVM CPU saturation"])
 def jvm_cpu(day, target, sl, rng):
+    """A Byteman rule makes the JVM spin on cpu (its agent logs the rule firing); requests wait for the cpu."""
     idx = _idx(day, target.pods)
     day.pod_kpi["pod_cpu_usage"][sl, idx] += _ramp(sl, rng, 0.9, 1.2)
     day.own_factor[sl, idx] *= _ramp(sl, rng, 3.0, 5.0) + 1
@@ -292,6 +369,7 @@ def jvm_cpu(day, target, sl, rng):
        ["adservice--gc", "GCHelper", "gc", "garbage collection"],
        ["frequent GC pauses", "long GC pause", "JVM garbage collection spike", "excessive GC activity"])
 def jvm_gc(day, target, sl, rng):
+    """A Byteman rule forces full garbage collections: pauses add to every request, the collector uses cpu."""
     idx = _idx(day, target.pods)
     day.own_extra_ms[sl, idx] += _ramp(sl, rng, 30, 120)
     day.pod_kpi["pod_cpu_usage"][sl, idx] += _ramp(sl, rng, 0.3, 0.5)
@@ -306,6 +384,7 @@ def jvm_gc(day, target, sl, rng):
        ["adservice-getRandomAds-latency", "rrt", "rrt_max"],
        ["high JVM latency", "JVM response delay", "elevated request latency", "JVM slow response"])
 def jvm_latency(day, target, sl, rng):
+    """A Byteman rule sleeps in getRandomAds: every ad request takes about a second longer."""
     idx = _idx(day, target.pods)
     day.own_extra_ms[sl, idx] += _ramp(sl, rng, 900, 1500)
     _burst(day, target.pods, sl, _jvm_rule("adservice-getRandomAds-latency"), 3, "warn")
@@ -320,6 +399,7 @@ def jvm_latency(day, target, sl, rng):
        ["adservice-getrandomads-exception"],
        ["JVM exception thrown", "application exception", "runtime error", "exception stack trace"])
 def jvm_exception(day, target, sl, rng):
+    """A Byteman rule throws in getRandomAds: most ad requests fail, and the JVM logs the exception."""
     _fail(day, target.pods, sl, 0.6, "exception")
     messages = _jvm_rule("adservice-getrandomads-exception") + (
         "Exception in thread grpc-default-executor-2: Caught ThrowException java.lang.Exception: injected error",)
@@ -351,12 +431,14 @@ def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str 
     for k in _NET_KPIS:
         day.pod_kpi[k][sl, idx] *= net_mult
     if err:
-        _client_logs(day, day.topo.pods_of(src), day.topo.pods_of(dst), sl, (kind,) if isinstance(kind, str) else kind)
+        _client_logs(day, day.topo.pods_of(dst), sl, (kind,) if isinstance(kind, str) else kind,
+                     callers=day.topo.pods_of(src))
 
 
 @fault("network delay", "network attack", "edge", _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["high network latency", "increased RTT", "network delay spike", "elevated transmission delay"])
 def network_delay(day, target, sl, rng):
+    """The link's packets are held back: every call over it is slower, and fewer are made while users wait."""
     _link(day, target, sl, 200.0, 0.0, "deadline", 0.5, rng, traffic=0.6)
 
 
@@ -364,7 +446,7 @@ def network_delay(day, target, sl, rng):
        [{"type": "log", "keyword": ["deadlineexceeded"]}] + _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["packet loss", "network packet drop", "high loss rate", "dropped packets"])
 def network_loss(day, target, sl, rng):
-    # Lost packets: calls time out, are given up, or cannot even connect.
+    """The link drops packets: retransmissions slow calls, some time out, are given up or cannot connect."""
     _link(day, target, sl, 350.0, 0.25, ("deadline", "canceled", "dial"), 0.5, rng, traffic=0.5)
 
 
@@ -373,7 +455,8 @@ def network_loss(day, target, sl, rng):
                                                                     "error_ratio"]}] + _NET_OBS,
        _NET_METRICS, ["packet corruption", "data corruption", "bit errors on network", "corrupted packets"])
 def network_corrupt(day, target, sl, rng):
-    # Corrupt packets: connections are reset, calls given up, handshakes time out.
+    """The link corrupts packets: connections are reset, calls given up, handshakes time out; retransmissions
+    raise the traffic."""
     _link(day, target, sl, 120.0, 0.3, ("reset", "canceled", "dial"), 1.6, rng, traffic=0.6)
     src, dst = target.edge
     if dst == "redis-cart":
@@ -387,50 +470,92 @@ _CALLER_ERRORS = [{"type": "metric", "keyword": ["client_error", "client_error_r
 
 
 @fault("dns error", "network attack", "pods",
-       [{"type": "log", "keyword": ["no such host"]}, {"type": "log", "keyword": ["unavailable"]}] + _CALLER_ERRORS,
-       ["error", "error_ratio", "client_error", "no such host"],
+       [{"type": "log", "keyword": ["no such host"]}, {"type": "log", "keyword": ["Internal"]},
+        {"type": "metric", "keyword": ["server_error", "server_error_ratio", "error", "error_ratio"]}],
+       ["error", "error_ratio", "server_error", "server_error_ratio", "no such host"],
        ["DNS resolution failure", "DNS lookup error", "name resolution failed", "dns error"])
 def dns_error(day, target, sl, rng):
-    _cut_off(day, target.pods, sl, "dns", _NET_KPIS, 0.05)
+    """The target's name lookups fail: each call it makes (to a service it needs, its database, its telemetry)
+    cannot find an address, so most of its requests fail inside it and it answers its callers `Internal`
+    (server errors at the target; its callers log them); it logs the lookups that fail."""
+    _fail(day, target.pods, sl, _ramp(sl, rng, 0.6, 0.8), "lookup")
+    service = day.topo.service_of[target.pods[0]]
+    needs = [c for c in CALLS.get(service, ())] or ["opentelemetry-collector"]
+    _burst(day, target.pods, sl, [f"dial tcp: lookup {c} on 169.254.25.10:53: no such host" for c in needs], 2)
+    _client_logs(day, target.pods, sl, ("lookup",))
 
 
 @fault("target port misconfig", "misconfiguration", "pods",
-       [{"type": "log", "keyword": ["Connection", "refused"]}, {"type": "log", "keyword": ["Error", "while", "dialing"]}]
-       + _CALLER_ERRORS,
-       ["error", "error_ratio", "client_error", "connection refused"],
+       [{"type": "log", "keyword": ["Connection", "refused"]}, {"type": "log", "keyword": ["Error", "while", "dialing"]},
+        {"type": "log", "keyword": ["rpc", "error"]},
+        {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]},
+        {"type": "metric", "keyword": ["request", "response"]}],
+       ["request", "response", "error", "error_ratio", "client_error", "connection refused"],
        ["target port misconfiguration", "wrong service port", "port mismatch", "connection refused on port"])
 def target_port_misconfig(day, target, sl, rng):
+    """The target's service sends connections to a port nothing listens on: they are refused, so the target
+    serves almost nothing (requests, cpu and traffic down) and its clients fail and log it (a checkout that
+    needs it answers the frontend `Internal`)."""
     _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", *_NET_KPIS), 0.1)
 
 
 @fault("code error", "code defect", "pods",
        [{"type": "log", "keyword": ["code error"]}, {"type": "log", "keyword": ["nil pointer dereference"]},
-        {"type": "metric", "keyword": ["server_error", "server_error_ratio", "error", "error_ratio"]}],
-       ["error", "error_ratio", "server_error", "code error"],
+        {"type": "log", "keyword": ["context canceled"]}, {"type": "log", "keyword": ["timeout"]},
+        {"type": "metric", "keyword": ["pod_processes"]},
+        {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]}],
+       ["pod_processes", "error", "error_ratio", "code error"],
        ["code defect", "application bug", "software error", "code error"])
 def code_error(day, target, sl, rng):
-    _fail(day, target.pods, sl, 0.5, "internal")
+    """A defect on a request path panics and the process exits (it logs the panic); kubelet restarts it with a
+    growing back-off, so the pod is down more and more of the window (no process while it waits): requests that
+    hit the defect fail, calls in flight at each crash are canceled, calls made while it is down are refused or
+    time out."""
+    down = _crash_loop(sl.stop - sl.start, rng)
+    idx = _idx(day, target.pods)
+    mostly = (down.mean(1) >= 0.5)[:, None]
+    day.pod_kpi["pod_processes"][sl, idx] *= ~down[:, 30:31]  # sampled mid-minute
+    for k in ("pod_cpu_usage", *_NET_KPIS):
+        day.pod_kpi[k][sl, idx] *= np.where(mostly, 0.1, 1.0)
+    day.unreachable[sl, idx] |= mostly
+    day.unreachable_kind.update({pod: "refused" for pod in target.pods})
+    _fail(day, target.pods, sl, np.where(mostly, 0.0, 0.5), "internal")
+    _client_logs(day, target.pods, sl, ("canceled", "refused", "dial"))
     _burst(day, target.pods, sl, ("code error: panic: runtime error: invalid memory address or nil pointer "
-                                  "dereference [signal SIGSEGV: segmentation violation]",), 2)
+                                  "dereference [signal SIGSEGV: segmentation violation]",), 1)
+    _cold_start(day, target.pods, sl.stop)
 
 
 # --- TiDB ---------------------------------------------------------------------------
 
 @fault("io fault", "io fault", "tikv",
        [{"type": "metric", "keyword": ["io_util"]}, {"type": "metric", "keyword": ["raft_apply_wait", "raft_propose_wait"]},
+        {"type": "metric", "keyword": ["region_pending"]},
         {"type": "metric", "keyword": ["duration_99th", "duration_95th"]}, {"type": "metric", "keyword": ["rrt", "rrt_max"]}],
-       ["io_util", "raft_apply_wait", "duration_99th"],
+       ["io_util", "raft_apply_wait", "region_pending", "memory_usage", "cpu_usage", "qps"],
        ["disk IO fault", "IO latency", "storage IO errors", "slow disk IO"])
 def io_fault(day, target, sl, rng):
+    """tikv's disk becomes slow: its IO is saturated and raft log writes and applies wait, so work backs up (a
+    backlog that builds while the disk stays slow); the backlog is pending regions and write stalls, memory held
+    by queued writes and requests, cpu spent on retries and compaction, and fewer requests served; TiDB's
+    queries wait on it, and so do productcatalog's calls to TiDB."""
     tikv, tidb = day.db_kpi["tikv"], day.db_kpi["tidb"]
+    backlog = _ramp(sl, rng, 0.7, 1.0)[:, 0] * np.minimum(1.0, (np.arange(sl.stop - sl.start) + 1) / 4)
     tikv["io_util"][sl] = _ramp(sl, rng, 0.85, 0.99)[:, 0]
     for k in ("raft_apply_wait", "raft_propose_wait"):
-        tikv[k][sl] *= _ramp(sl, rng, 30, 60)[:, 0]
-    tikv["rocksdb_write_stall"][sl] = _ramp(sl, rng, 1, 5)[:, 0]
+        tikv[k][sl] *= 1 + 50 * backlog
+    tikv["region_pending"][sl] += np.rint(day.db_kpi["pd"]["region_count"][sl] * 0.6 * backlog)
+    tikv["rocksdb_write_stall"][sl] += np.rint(5 * backlog)
+    tikv["memory_usage"][sl] *= 1 + 0.5 * backlog
+    tikv["cpu_usage"][sl] *= 1 + 1.5 * backlog
+    for k in ("qps", "grpc_qps", "write_wal_mbps", "read_mbps"):
+        tikv[k][sl] *= 1 - 0.6 * backlog
     for k in ("duration_99th", "duration_95th", "duration_avg"):
-        tidb[k][sl] *= _ramp(sl, rng, 15, 30)[:, 0]
-    tidb["slow_query"][sl] += _ramp(sl, rng, 5, 20)[:, 0]
-    day.own_extra_ms[sl, _idx(day, target.pods)] += _ramp(sl, rng, 40, 90)
+        tidb[k][sl] *= 1 + 25 * backlog
+    tidb["slow_query"][sl] += np.rint(15 * backlog)
+    tidb["qps"][sl] *= 1 - 0.4 * backlog
+    tidb["memory_usage"][sl] *= 1 + 0.3 * backlog
+    day.own_extra_ms[sl, _idx(day, target.pods)] += 90 * backlog[:, None]
 
 
 # --- nodes ---------------------------------------------------------------------------
@@ -443,6 +568,7 @@ def _node(target: Target) -> int:
        ["node_cpu_usage_rate"],
        ["node CPU overload", "node high CPU usage", "node CPU saturation", "node CPU spike", "node cpu stress"])
 def node_cpu_stress(day, target, sl, rng):
+    """Stress processes on the node burn its cpu; every pod on it gets less cpu and works slower."""
     n = _node(target)
     day.node_kpi["node_cpu_usage_rate"][sl, n] = np.minimum(99.0, 80 + _ramp(sl, rng, 8, 18)[:, 0])
     day.own_factor[sl, _idx(day, target.pods)] *= 1.4
@@ -453,16 +579,22 @@ def node_cpu_stress(day, target, sl, rng):
        ["node_memory_usage_rate"],
        ["node memory exhaustion", "node memory saturation", "node high memory usage", "node memory leak"])
 def node_memory_stress(day, target, sl, rng):
+    """A process on the node takes most of its free memory (usage up, available bytes down); the page cache
+    gives way, so files are read from disk again."""
     n = _node(target)
     rate = day.node_kpi["node_memory_usage_rate"]
     rate[sl, n] = np.minimum(97.0, rate[sl, n] + _ramp(sl, rng, 35, 42)[:, 0])
     derive_node_kpis(day.node_kpi)
+    # The page cache gives way: files the node's pods use are read from disk again.
+    for k in ("node_disk_read_bytes_total", "node_disk_read_time_seconds_total"):
+        day.node_kpi[k][sl, n] *= _ramp(sl, rng, 3, 6)[:, 0]
 
 
 @fault("node disk fill", "node fault", "node", [{"type": "metric", "keyword": ["node_filesystem_usage_rate"]}],
        ["node_filesystem_usage_rate"],
        ["node disk full", "high disk utilization", "disk space exhaustion", "disk saturation"])
 def node_disk_fill(day, target, sl, rng):
+    """A process fills the node's file system within minutes, writing fast while it does."""
     n = _node(target)
     rate = day.node_kpi["node_filesystem_usage_rate"]
     fill = np.minimum(1.0, (np.arange(sl.stop - sl.start) + 1) / 3.0)

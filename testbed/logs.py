@@ -15,9 +15,9 @@ import numpy as np
 import polars as pl
 
 from .topology import NAMESPACE, NODES, Topology
-from .faults import status_text
+from .faults import FAILED, status_text
 from .traces import KINDS, Hour
-from .workload import Day
+from .workload import FLAT_FLOWS, Day
 
 STYLE = {
     "frontend": "go", "checkoutservice": "go", "shippingservice": "go", "productcatalogservice": "go",
@@ -39,22 +39,6 @@ SERVED = {
     "GetQuote": "[GetQuote] received request",
     "ShipOrder": "[ShipOrder] received request",
     "GetAds": "received ad request (context_words=[{id}])",
-}
-# What a caller says when a call to this callee fails, before the gRPC error.
-FAILED = {
-    "adservice": "failed to retrieve ads",
-    "recommendationservice": "failed to get product recommendations",
-    "cartservice": "could not retrieve cart",
-    "currencyservice": "failed to convert currency",
-    "productcatalogservice": "could not retrieve product",
-    "shippingservice": "failed to get shipping quote",
-    "paymentservice": "failed to charge card",
-    "emailservice": "failed to send order confirmation",
-    "checkoutservice": "failed to complete the order",
-    "redis-cart": "Can't access cart storage",
-    "tidb-tidb": "failed to query product catalog",
-    "tidb-pd": "failed to get timestamp from PD",
-    "tidb-tikv": "tikv request failed",
 }
 BACKGROUND = {
     "redis-cart": "1:M * 100 changes in 300 seconds. Saving...",
@@ -101,8 +85,17 @@ class _Events:
         })
 
 
-def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator) -> pl.DataFrame:
-    """All log rows of CST hour `hour`, sorted by time, with the challenge's columns."""
+def _status(route: str, failed) -> np.ndarray:
+    """The frontend's HTTP status: 500 for a failed request; a cart update redirects (302); else 200."""
+    return np.where(failed, "500", "302" if route == "POST /cart" else "200")
+
+
+def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untraced: float = 0.0,
+              frontend_err: np.ndarray | None = None) -> pl.DataFrame:
+    """All log rows of CST hour `hour`, sorted by time, with the challenge's columns.
+
+    The frontend logs every request it serves: the traced ones with their calls, and `untraced` more a
+    minute (at the day's mean load) whose failure ratio per minute and pod is `frontend_err`."""
     topo = day.topo
     calls = traffic.calls
     methods = list(traffic.methods.index)
@@ -112,13 +105,11 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator) -> p
         svc_callee = topo.service_of[topo.pods[callee]]
         svc_caller = topo.service_of[topo.pods[caller]]
         if root:
-            status = "500" if kind else "200"
             route = methods[method]
-            verb, path = route.split()
-            http = f'"http.req.method":"{verb}","http.req.path":"{path}",'
+            http = _http(route)
             events.add(ts - calls.duration_us[idx], caller, "debug", "request started", http)
             events.add(ts, caller, "error" if kind else "debug", "request complete",
-                       f'{http}"http.resp.status":{status},')
+                       f'{http}"http.resp.status":{_status(route, kind)},')
         elif kind == 0:
             text = SERVED.get(methods[method])
             if text:
@@ -130,6 +121,8 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator) -> p
             message = "request error" if svc_caller == "frontend" and not optional else text
             extra = f'"error":"{_esc(text)}",' if message != text else ""
             events.add(ts, caller, "warning" if optional else "error", message, extra)
+    if untraced:
+        _access_log(day, hour, untraced, frontend_err, events, rng)
     for burst in day.bursts:
         lo, hi = max(burst.start, hour * 60), min(burst.end, hour * 60 + 60)
         for pod in burst.pods:
@@ -142,6 +135,29 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator) -> p
         pod = topo.pods_of(service)[0]
         events.add(_minute_us(day, hour * 60) + rng.integers(0, 3_600_000_000, 6), topo.index(pod), "info", text)
     return _render(events.frame(), topo, rng)
+
+
+def _http(route: str) -> str:
+    verb, path = route.split()
+    return f'"http.req.method":"{verb}","http.req.path":"{path}",'
+
+
+def _access_log(day: Day, hour: int, per_minute: float, frontend_err: np.ndarray, events: _Events, rng) -> None:
+    """The frontend's `request complete` line for each request that was not traced, spread over its pods."""
+    pods = [day.topo.index(p) for p in day.topo.pods_of("frontend")]
+    minutes = np.arange(hour * 60, hour * 60 + 60)
+    for route, share, _ in FLAT_FLOWS:
+        counts = rng.poisson(per_minute * share * day.load[minutes])
+        minute = np.repeat(minutes, counts)
+        pod = rng.choice(len(pods), minute.size)
+        failed = rng.random(minute.size) < frontend_err[minute, pod]
+        ts = _minute_us(day, 0) + minute * 60_000_000 + rng.integers(0, 60_000_000, minute.size)
+        status = _status(route, failed)
+        for code in np.unique(status):
+            for j, p in enumerate(pods):
+                pick = (status == code) & (pod == j)
+                events.add(ts[pick], p, "error" if code == "500" else "debug", "request complete",
+                           f'{_http(route)}"http.resp.status":{code},')
 
 
 def _minute_us(day: Day, minute: int) -> int:

@@ -11,6 +11,7 @@ from .workload import BASE_ERR, FRONTEND_RPM, MINUTES, Day, expected_latency, re
 APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
 INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
                  "object_type", "pod", "sql_type", "type")
+RETRIES = 0.3  # tries a refusing pod gets, per call it would have served (reconnect back-off)
 DB_FILES = {"tidb": "infra/infra_tidb/infra_tidb", "tikv": "other/infra_tikv", "pd": "other/infra_pd"}
 DB_POD = {"tidb": "tidb-tidb-0", "tikv": "tidb-tikv-0", "pd": "tidb-pd-0"}
 
@@ -32,13 +33,14 @@ def apm_tables(day: Day, rng: np.random.Generator) -> dict[str, pa.Table]:
     for service in traced:
         pods = topo.pods_of(service)
         idx = [topo.index(p) for p in pods]
-        # Requests still go to an unreachable pod and fail there (DeepFlow counts them, as client errors);
+        # Clients still try an unreachable pod and each try fails there (DeepFlow counts it, as a client error),
+        # but they back off between reconnect attempts, so it gets fewer tries than its share of calls;
         # a restarting pod gets none.
         routed = ~day.unrouted[:, idx]
         share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
         rate = FRONTEND_RPM * day.load * per_request[service]
         for j, (pod, i) in enumerate(zip(pods, idx)):
-            request = rng.poisson(rate * share[:, j] * day.traffic[:, i])
+            request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * np.where(day.unreachable[:, i], RETRIES, 1))
             failed = np.where(day.unreachable[:, i], request, 0)
             own = np.clip(BASE_ERR + day.own_err[:, i], 0, 1)
             downstream = np.clip(pod_err[:, i] - own - day.unreachable[:, i], 0, 1)

@@ -20,7 +20,7 @@ from .noise import add_noise
 from .schedule import Case, write_case_files
 from .topology import NAMESPACE, SERVICES, STORES, Topology
 from .traces import simulate_hour
-from .workload import CST, Day, build_day
+from .workload import CST, FRONTEND_RPM, TRACES_PER_MIN_AT_SCALE_1, Day, build_day, expected_latency
 
 LOG_SCHEMA = pa.schema([(c, pa.string()) for c in
                         ("k8_namespace", "@timestamp", "agent_name", "k8_pod", "message", "k8_node_name")])
@@ -74,6 +74,9 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
     date = day.date.isoformat()
     rng = np.random.default_rng([seed, day.date.toordinal(), 6])
     apm = apm_tables(day, rng)
+    frontend = [day.topo.index(p) for p in day.topo.pods_of("frontend")]
+    frontend_err = expected_latency(day)[1][:, frontend]
+    untraced = (FRONTEND_RPM - TRACES_PER_MIN_AT_SCALE_1) * scale
     for name, table in apm.items():
         kind = "service" if name in set(SERVICES) | set(STORES) else "pod"
         _save(table, folder / "metric-parquet" / "apm" / kind / f"{kind}_{name}_{date}.parquet", summary)
@@ -87,7 +90,7 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
     for hour in range(24):
         hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
         traffic = simulate_hour(day, hour, scale, hour_rng)
-        logs = hour_logs(day, hour, traffic, hour_rng).to_arrow().cast(LOG_SCHEMA)
+        logs = hour_logs(day, hour, traffic, hour_rng, untraced, frontend_err).to_arrow().cast(LOG_SCHEMA)
         stem = f"{date}_{hour:02d}-00-00.parquet"
         _save(traffic.spans, folder / "trace-parquet" / f"trace_jaeger-span_{stem}", summary)
         _save(logs, folder / "log-parquet" / f"log_filebeat-server_{stem}", summary)

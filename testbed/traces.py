@@ -22,6 +22,8 @@ from .workload import BASE_ERR, FLAT_FLOWS, OPTIONAL_CALLS, TRACES_PER_MIN_AT_SC
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
 _CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
 _DEADLINE_MS = 1000.0
+# Calls with a deadline of their own: hipstershop's frontend waits 100 ms for ads, then shows none.
+DEADLINES_MS = {("frontend", "adservice"): 100.0}
 
 KV = pa.struct([("key", pa.string()), ("type", pa.string()), ("value", pa.string())])
 SPAN_SCHEMA = pa.schema([
@@ -159,8 +161,11 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                 if (nodes[k].service, nodes[c].service) not in OPTIONAL_CALLS:
                     kind[k] = np.where((kind[k] == 0) & (kind[c] > 0), kind[c], kind[k])
             client[k] = np.where(connect[k], rng.uniform(0.5, 3.0, n), server[k] + net[k])
-            late = kind[k] == KINDS.index("deadline")
-            client[k] = np.where(late, np.maximum(client[k], _DEADLINE_MS * rng.uniform(0.9, 1.1, n)), client[k])
+            if nodes[k].parent >= 0:  # a caller gives up at its deadline
+                limit = DEADLINES_MS.get((nodes[nodes[k].parent].service, nodes[k].service), _DEADLINE_MS)
+                kind[k] = np.where((kind[k] == 0) & (client[k] > limit), KINDS.index("deadline"), kind[k])
+                late = kind[k] == KINDS.index("deadline")
+                client[k] = np.where(late, limit * rng.uniform(1.0, 1.05, n), client[k])
 
         # Top-down: start times and which spans exist.
         cursor = np.zeros((k_nodes, n))

@@ -99,11 +99,17 @@ def test_same_seed_same_bytes(tmp_path):
     assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
 
 
-def test_every_fault_moves_the_key_metrics_its_ground_truth_names(every_fault_store):
+@pytest.fixture(scope="module")
+def signatures(every_fault_store):
     from testbed.signatures import check
 
-    result = check(*every_fault_store)
-    overall = result.pop("all")
-    assert overall["metrics"] >= 0.9 and overall["observations"] >= 0.9, overall
-    for kind, r in result.items():
-        assert r["metrics"] is None or r["metrics"] >= 0.6, (kind, r)
+    return check(*every_fault_store)
+
+
+@pytest.mark.parametrize("fault_type", sorted(SIGNATURES))
+def test_every_consequence_the_fault_entry_names_shows(signatures, fault_type):
+    """Every key metric the entry's ground truth names moves on the instance, every log observation is found.
+    Trace observations may miss: at the test's scale a window holds a few traces a minute."""
+    r = signatures[fault_type]
+    assert r["metrics"] in (None, 1.0), r["misses"]
+    assert all(miss.startswith("trace:") for miss in r["misses"]), r["misses"]
