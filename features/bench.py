@@ -69,17 +69,20 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
                          for t, c in sorted(per.items())}}
 
 
-def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
-                    progress=lambda what: None):
-    """(name, store, input.json, groundtruth.jsonl) for a simulated replay of `schedule` and each real dump."""
-    if schedule and Path(schedule).is_file():
+def labelled_stores(tmp: Path, schedules: dict[str, Path], real: list[Path], scale: float = REPLAY_SCALE,
+                    seed: int = 1, progress=lambda what: None):
+    """(name, store, input.json, groundtruth.jsonl) for a simulated replay of each schedule (name -> ground truth
+    JSONL; a missing file is skipped) and each real dump."""
+    for name, schedule in schedules.items():
+        if not Path(schedule).is_file():
+            continue
         progress(f"simulating {Path(schedule).name}")
-        dump, db = tmp / "simulated", tmp / "simulated.duckdb"
+        dump, db = tmp / name, tmp / f"{name}.duckdb"
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
                         "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
-        progress("loading the simulated replay")
+        progress(f"loading the replay of {Path(schedule).name}")
         run_etl(dump, db)
-        yield "simulated", db, dump / "input.json", dump / "groundtruth.jsonl"
+        yield name, db, dump / "input.json", dump / "groundtruth.jsonl"
     for path in real:
         if Path(path).is_dir():
             name = Path(path).name
@@ -90,13 +93,13 @@ def labelled_stores(tmp: Path, schedule: Path | None, real: list[Path], scale: f
             yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
 
 
-def run(schedule: Path | None, real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
+def run(schedules: dict[str, Path], real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
         progress=lambda what: None, measure=None) -> dict:
     """`measure` (by default `ranking`; or `detection`) on each labelled store."""
     measure = measure or ranking
     with tempfile.TemporaryDirectory() as tmp:
         result = {}
-        for name, db, input_json, truth in labelled_stores(Path(tmp), schedule, real, scale, seed, progress):
+        for name, db, input_json, truth in labelled_stores(Path(tmp), schedules, real, scale, seed, progress):
             progress(f"{measure.__name__}: {name}")
             result[name] = measure(db, input_json, truth)
         return result

@@ -111,47 +111,59 @@ def simulate(out, schedule, cases, limit, scale, seed):
               default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique"),
                        Path("../shared/nezha-trainticket-0129am")],
               show_default=True, help="rank, diagnose, detect: labelled real dumps (Nezha layout) to measure too.")
+@click.option("--random", type=click.IntRange(min=0), default=180, show_default=True,
+              help="testbed, rank: also replay this many cases drawn at random, every fault type in turn, with "
+                   "random instances (a schedule no one tuned to; 0: none). Saved as OUT/random-schedule.jsonl.")
 @reports_errors
-def bench(what, out, scale, nezha, sample, schedule, real):
+def bench(what, out, scale, nezha, sample, schedule, real, random):
     """Measure a stage; print a table and save it as OUT/WHAT.json.
 
-    testbed and etl use one simulated day; rank replays SCHEDULE in the simulator and ranks
-    every case, and every case of the real dumps; diagnose runs both agents on the same
+    testbed and etl time one simulated day, and testbed checks the signatures of SCHEDULE's and
+    RANDOM cases replayed at scales 0.005 and 0.05; rank replays SCHEDULE and RANDOM cases in the
+    simulator and ranks every case, and every case of the real dumps; diagnose runs both agents on the same
     stratified sample of each (SAMPLE cases of every fault type); detect finds the incidents of
     the demo's simulated day and of each real dump, and scores the confidence on their faults
     and on as many windows with none.
 
     Example: rcalab bench rank --scale 0.1
     """
-    from testbed.bench import REPLAY_SCALE
+    from testbed.bench import REPLAY_SCALE, random_schedule
 
     tables = []
+    schedules = {"simulated": schedule} if schedule.is_file() else {}
+    if random and what in ("testbed", "rank"):
+        out.mkdir(parents=True, exist_ok=True)
+        schedules["simulated random"] = random_schedule(out / "random-schedule.jsonl", random)
     if what == "rank":
         from features.bench import run
 
         with working("rank") as update:
-            result = run(schedule, list(real), scale=scale or REPLAY_SCALE, progress=update)
+            result = run(schedules, list(real), scale=scale or REPLAY_SCALE, progress=update)
         tables.append(rank_table(result))
     elif what == "diagnose":
         from reasoner.bench import run
 
         with working("diagnose") as update:
-            result = run(schedule, list(real), per_type=sample, scale=scale or REPLAY_SCALE, progress=update)
+            result = run({"simulated": schedule}, list(real), per_type=sample, scale=scale or REPLAY_SCALE,
+                         progress=update)
         tables.append(diagnose_table(result))
     elif what == "detect":
         from features.bench import DEMO_DAY, detection, run
 
         with working("detect") as update:
-            result = run(DEMO_DAY, list(real), scale=scale or 0.05, seed=7, progress=update, measure=detection)
+            result = run({"simulated": DEMO_DAY}, list(real), scale=scale or 0.05, seed=7, progress=update,
+                         measure=detection)
         tables.append(detect_table(result))
     elif what == "testbed":
-        from testbed.bench import run, signatures
+        from testbed.bench import SIGNATURE_SCALES, run, signatures
 
         result = run(scale=scale or 1.0)
-        if schedule.is_file():
-            with working(f"signatures: replaying {schedule.name}"):
-                result["signatures"] = signatures(schedule)  # in the JSON and in a table of its own
-            tables.append(signature_table(result["signatures"], schedule.name))
+        result["signatures"] = {}  # in the JSON and in a table of its own
+        for name, path in schedules.items():
+            for at in SIGNATURE_SCALES:
+                with working(f"signatures: replaying {path.name} at scale {at}"):
+                    result["signatures"][f"{name} at {at}"] = signatures(path, at)
+        tables.append(signature_table(result["signatures"]))
         tables.append(measure_table(what, result))
     else:
         from etl.bench import run
@@ -222,14 +234,22 @@ def detect_table(result: dict) -> Table:
     return table
 
 
-def signature_table(checked: dict, schedule: str) -> Table:
-    table = Table(title=f"testbed signatures on a replay of {schedule}")
-    for col in ("fault type", "key metrics moved", "checks", "observations found", "checks", "most missed"):
-        table.add_column(col, justify="left" if col in ("fault type", "most missed") else "right")
-    for kind, r in checked.items():
-        table.add_row(kind, "" if r["metrics"] is None else f"{r['metrics']:.0%}", str(r["metric_checks"]),
-                      "" if r["observations"] is None else f"{r['observations']:.0%}",
-                      str(r["observation_checks"]), ", ".join(f"{k} x{n}" for k, n in r["misses"].items()))
+def signature_table(replays: dict) -> Table:
+    """Per fault type, key metrics moved / observations found on each replay (schedule at scale)."""
+    table = Table(title="testbed signatures: key metrics moved / observations found (misses in the JSON)")
+    table.add_column("fault type")
+    for name in replays:
+        table.add_column(escape(name), justify="right")
+    kinds = sorted({kind for checked in replays.values() for kind in checked}, key=lambda kind: (kind == "all", kind))
+
+    def cell(r):
+        if r is None:
+            return "-"
+        return "/".join("-" if r[part] is None else f"{r[part]:.2f}" for part in ("metrics", "observations"))
+
+    for kind in kinds:
+        table.add_row(f"[bold]{kind}[/]" if kind == "all" else escape(kind),
+                      *[cell(checked.get(kind)) for checked in replays.values()])
     return table
 
 

@@ -45,13 +45,13 @@ def judged(answers: Path, truth: Path, uuids: set[str], folder: Path) -> dict:
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
 
 
-def run(schedule: Path | None, real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,
+def run(schedules: dict[str, Path], real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,
         progress=lambda what: None) -> dict:
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp, endpoint() as (client, model):
         tmp = Path(tmp)
         chats = {"rank": None, "llm": openai_chat(client, model)}
-        for name, db, input_json, truth in labelled_stores(tmp, schedule, real, scale, progress=progress):
+        for name, db, input_json, truth in labelled_stores(tmp, schedules, real, scale, progress=progress):
             sample = stratified(input_json, truth, per_type)
             for agent in AGENTS:
                 progress(f"{agent} on {len(sample)} cases of {name}")

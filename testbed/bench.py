@@ -1,8 +1,9 @@
-"""Benchmark of the testbed: write one simulated day at a given scale, in a child process; and the
-signature check (`testbed.signatures`) on a replay of a ground-truth schedule."""
+"""Benchmark of the testbed: write one simulated day at a given scale, in a child process; the signature
+check (`testbed.signatures`) on a replay of a ground-truth schedule; and a random schedule to replay."""
 
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
 import sys
@@ -14,11 +15,22 @@ import pyarrow.parquet as pq
 
 from etl.loader import run_etl
 
+from .schedule import random_cases
 from .signatures import check
+from .topology import Topology
 
 # Replays of a ground-truth schedule run at a tenth of the real traffic: below that, a window of a
 # quiet hour holds too few traces and failing calls for the observations a real dump shows.
 REPLAY_SCALE = 0.1
+SIGNATURE_SCALES = (0.005, 0.05)
+
+
+def random_schedule(path: Path, cases: int, seed: int = 11) -> Path:
+    """A ground truth of `cases` drawn at random (every fault type in turn, random instances and windows), as
+    `simulate --cases` draws them: a schedule no one tuned to."""
+    rows = [case.truth for case in random_cases(cases, Topology.build(seed), seed)]
+    Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return Path(path)
 
 
 def run(scale: float = 1.0, seed: int = 0) -> dict:
