@@ -51,8 +51,8 @@ def fault_type(item: Item, level: str) -> str:
             return word
     if item.kind == "silence":  # what stops: a dead process, a pod that is gone
         return "pod failure"
-    if item.fell and item.signal in ("memory", "processes"):  # a container that started afresh
-        return "pod kill"
+    if item.fell and item.signal in ("memory", "processes") and level != "node":  # a container started afresh
+        return "pod kill"  # (a node's available memory that falls is its memory filling)
     pair = BY_SIGNAL.get(item.signal, ("code error", "code error"))
     return pair[1] if level == "node" else pair[0]
 

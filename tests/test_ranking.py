@@ -218,3 +218,10 @@ def test_a_cpu_that_rose_names_the_fault_before_the_latency_it_explains():
         ("cpu stress", "CpuUsage(m)"), ("network delay", "PodServerLatencyP90(s)")]
     fallen = Item("cart", "metric", 0.6, "CpuUsage(m)", "CpuUsage(m) 16 -> 3", "cpu", fell=True)
     assert options([latency, fallen], "service")[0].fault_type == "network delay"
+
+
+def test_a_node_whose_available_memory_falls_is_filling_up_not_restarted():
+    """Seen on make demo: the rank agent called a node's memory stress 'pod kill in aiops-k8s-06'."""
+    available = Item("node-1", "metric", 0.9, "node_memory_MemAvailable_bytes", "16G -> 3G", "memory", fell=True)
+    assert options([available], "node")[0].fault_type == "node memory stress"
+    assert options([available], "pod")[0].fault_type == "pod kill"
