@@ -13,6 +13,7 @@ import duckdb
 from features.cases import Question
 from features.evidence import BASELINE, GAP, Item, Window, changepoints, events, flat, logs, metrics, silence, traces
 from features.options import Option
+from features.ranker import strength
 
 MAX_LINES = 4
 
@@ -42,7 +43,7 @@ def _window(ctx: Context) -> Window:
 
 
 def _items(found: list[Item], nothing: str) -> Result:
-    found = sorted(found, key=lambda i: -i.score)[:MAX_LINES]
+    found = sorted(found, key=strength)[:MAX_LINES]  # as the ranking orders them, ties broken alike
     return Result("\n".join(flat(i.text, 160) for i in found) or nothing, tuple(dict.fromkeys(i.key for i in found)))
 
 

@@ -111,7 +111,7 @@ def test_the_reason_keeps_the_rank_reason_and_adds_what_the_tests_found(db, ques
     assert found
     rank_reason = ranked(db, questions).answer["reason"].rstrip(".")
     assert out.answer["reason"].startswith(rank_reason)
-    assert all(k in out.answer["reason"] for k in found[:2])
+    assert all(k in out.answer["reason"] for k in found[:2]), (found, out.answer["reason"])
 
 
 def test_the_model_may_correct_the_fault_type(db, questions):
