@@ -17,7 +17,7 @@ import numpy as np
 from rcalab.errors import ScheduleError
 
 from .topology import CALLS, GRPC, NODES, SERVICES, STORES, TIDB_PARTS, WORKERS, Topology
-from .workload import Day, LogBurst, derive_node_kpis
+from .workload import MINUTES, Day, LogBurst, derive_node_kpis
 
 # gRPC failures: kind -> (status name, status code, description). `{ip}`/`{port}` are the callee's.
 ERRORS = {
@@ -167,14 +167,15 @@ def _fail(day: Day, pods, sl: slice, p, kind: str) -> None:
     day.own_err_kind.update({pod: kind for pod in pods})
 
 
-def _cut_off(day: Day, pods, sl: slice, kind: str, kpis, factor: float, logged=None) -> None:
-    """Connections to `pods` fail with `kind` during `sl`; their `kpis` drop to `factor` of normal; their clients
-    log the failures (`logged`, by default `kind`)."""
+def _cut_off(day: Day, pods, sl: slice, kind: str, kpis, factor: float, logged=None, down=True) -> None:
+    """Connections to `pods` fail with `kind` in the minutes of `sl` they are `down` (all, or a column of one flag a
+    minute); their `kpis` drop to `factor` of normal then; their clients log the failures (`logged`, by default
+    `kind`)."""
     idx = _idx(day, pods)
-    day.unreachable[sl, idx] = True
+    day.unreachable[sl, idx] |= down
     day.unreachable_kind.update({pod: kind for pod in pods})
     for k in kpis:
-        day.pod_kpi[k][sl, idx] *= factor
+        day.pod_kpi[k][sl, idx] *= np.where(down, factor, 1.0)
     _client_logs(day, pods, sl, logged or (kind,))
 
 
@@ -189,13 +190,13 @@ def _client_logs(day: Day, callees, sl: slice, kinds, per_minute: float = 1.0, c
     own callers `Internal`, and they log that."""
     topo = day.topo
     service = topo.service_of[callees[0]]
-    sources = _callers(service) if callers is None else [topo.service_of[callers[0]]]
+    sources = ([(caller, topo.pods_of(caller)) for caller in _callers(service)] if callers is None
+               else [(topo.service_of[callers[0]], callers)])
     if not sources:  # the frontend: its users see the failures, no service logs them
         return
     errors = [f"{FAILED[service]}: rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
               for name, _, desc in [status_text(kind, topo, pod)]]
-    for caller in sources:
-        pods = topo.pods_of(caller) if callers is None else callers
+    for caller, pods in sources:
         _burst(day, pods, sl, dict.fromkeys(errors), per_minute)
         if caller in WRAPS:
             wrapped = [f"{FAILED[caller]}: rpc error: code = Internal desc = {WRAPS[caller]}: {e}" for e in errors]
@@ -211,7 +212,7 @@ def _callers(service: str) -> list[str]:
 def _cold_start(day: Day, pods, minute: int) -> None:
     """A fresh container from `minute` on: memory starts low and warms up over half an hour, caches are cold."""
     idx = _idx(day, pods)
-    after = slice(minute, min(day.own_factor.shape[0], minute + 30))
+    after = slice(minute, min(MINUTES, minute + 30))
     warm = np.minimum(1.0, 0.15 + np.arange(after.stop - after.start) / 30.0)[:, None]
     day.pod_kpi["pod_memory_working_set_bytes"][after, idx] *= warm
     day.own_factor[after, idx] *= 1 + 1.5 * (1 - warm)
@@ -305,11 +306,11 @@ def pod_failure(day, target, sl, rng):
                   "write_wal_mbps", "threadpool_readpool_cpu"):
             if k in kpis:
                 kpis[k][sl] = 0.0
-        if "uptime" in kpis:
-            kpis["uptime"][sl.start:] = np.arange(day.load.size - sl.start) * 60.0 - (sl.stop - sl.start) * 60.0
+        if "uptime" in kpis:  # counted afresh from the restart
             kpis["uptime"][sl] = 0.0
+            kpis["uptime"][sl.stop:] = np.arange(MINUTES - sl.stop) * 60.0
         if part == "tikv":  # its regions lose a peer: pending while it is down, catching up after
-            catch_up = slice(sl.stop, min(day.load.size, sl.stop + 10))
+            catch_up = slice(sl.stop, min(MINUTES, sl.stop + 10))
             kpis["region_pending"][sl] += day.db_kpi["pd"]["region_count"][sl]
             kpis["region_pending"][catch_up] += np.linspace(30, 0, catch_up.stop - catch_up.start)
             day.db_kpi["pd"]["abnormal_region_count"][sl] += day.db_kpi["pd"]["region_count"][sl]
@@ -480,7 +481,7 @@ def dns_error(day, target, sl, rng):
     (server errors at the target; its callers log them); it logs the lookups that fail."""
     _fail(day, target.pods, sl, _ramp(sl, rng, 0.6, 0.8), "lookup")
     service = day.topo.service_of[target.pods[0]]
-    needs = [c for c in CALLS.get(service, ())] or ["opentelemetry-collector"]
+    needs = list(CALLS.get(service, ())) or ["opentelemetry-collector"]
     _burst(day, target.pods, sl, [f"dial tcp: lookup {c} on 169.254.25.10:53: no such host" for c in needs], 2)
     _client_logs(day, target.pods, sl, ("lookup",))
 
@@ -512,15 +513,11 @@ def code_error(day, target, sl, rng):
     hit the defect fail, calls in flight at each crash are canceled, calls made while it is down are refused or
     time out."""
     down = _crash_loop(sl.stop - sl.start, rng)
-    idx = _idx(day, target.pods)
     mostly = (down.mean(1) >= 0.5)[:, None]
-    day.pod_kpi["pod_processes"][sl, idx] *= ~down[:, 30:31]  # sampled mid-minute
-    for k in ("pod_cpu_usage", *_NET_KPIS):
-        day.pod_kpi[k][sl, idx] *= np.where(mostly, 0.1, 1.0)
-    day.unreachable[sl, idx] |= mostly
-    day.unreachable_kind.update({pod: "refused" for pod in target.pods})
+    day.pod_kpi["pod_processes"][sl, _idx(day, target.pods)] *= ~down[:, 30:31]  # sampled mid-minute
+    _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", *_NET_KPIS), 0.1,
+             logged=("canceled", "refused", "dial"), down=mostly)
     _fail(day, target.pods, sl, np.where(mostly, 0.0, 0.5), "internal")
-    _client_logs(day, target.pods, sl, ("canceled", "refused", "dial"))
     _burst(day, target.pods, sl, ("code error: panic: runtime error: invalid memory address or nil pointer "
                                   "dereference [signal SIGSEGV: segmentation violation]",), 1)
     _cold_start(day, target.pods, sl.stop)

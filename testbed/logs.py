@@ -90,8 +90,8 @@ def _status(route: str, failed) -> np.ndarray:
     return np.where(failed, "500", "302" if route == "POST /cart" else "200")
 
 
-def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untraced: float = 0.0,
-              frontend_err: np.ndarray | None = None) -> pl.DataFrame:
+def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untraced: float,
+              frontend_err: np.ndarray) -> pl.DataFrame:
     """All log rows of CST hour `hour`, sorted by time, with the challenge's columns.
 
     The frontend logs every request it serves: the traced ones with their calls, and `untraced` more a
@@ -121,8 +121,7 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
             message = "request error" if svc_caller == "frontend" and not optional else text
             extra = f'"error":"{_esc(text)}",' if message != text else ""
             events.add(ts, caller, "warning" if optional else "error", message, extra)
-    if untraced:
-        _access_log(day, hour, untraced, frontend_err, events, rng)
+    _access_log(day, hour, untraced, frontend_err, events, rng)
     for burst in day.bursts:
         lo, hi = max(burst.start, hour * 60), min(burst.end, hour * 60 + 60)
         for pod in burst.pods:

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from .topology import NAMESPACE, NODES, SERVICES
-from .workload import BASE_ERR, FRONTEND_RPM, MINUTES, Day, expected_latency, requests_per_frontend_request
+from .workload import BASE_ERR, FRONTEND_RPM, MINUTES, Day, requests_per_frontend_request
 
 APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
 INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
@@ -21,10 +21,11 @@ def _times(day: Day) -> pa.Array:
     return pa.array(start + np.arange(MINUTES) * np.timedelta64(60, "s"), pa.timestamp("ns", tz="UTC"))
 
 
-def apm_tables(day: Day, rng: np.random.Generator) -> dict[str, pa.Table]:
-    """One APM table per pod and per service (name -> table), services last."""
+def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random.Generator) -> dict[str, pa.Table]:
+    """One APM table per pod and per service (name -> table), services last; `expected` is the day's
+    `expected_latency`."""
     topo = day.topo
-    pod_ms, pod_err = expected_latency(day)
+    pod_ms, pod_err = expected
     per_request = requests_per_frontend_request()
     times = _times(day)
     traced = SERVICES + ("redis-cart",)
@@ -40,7 +41,8 @@ def apm_tables(day: Day, rng: np.random.Generator) -> dict[str, pa.Table]:
         share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
         rate = FRONTEND_RPM * day.load * per_request[service]
         for j, (pod, i) in enumerate(zip(pods, idx)):
-            request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * np.where(day.unreachable[:, i], RETRIES, 1))
+            tries = np.where(day.unreachable[:, i], RETRIES, 1.0)
+            request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * tries)
             failed = np.where(day.unreachable[:, i], request, 0)
             own = np.clip(BASE_ERR + day.own_err[:, i], 0, 1)
             downstream = np.clip(pod_err[:, i] - own - day.unreachable[:, i], 0, 1)

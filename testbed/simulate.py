@@ -73,9 +73,10 @@ def hash_uuid(uuid: str) -> int:
 def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary, progress) -> None:
     date = day.date.isoformat()
     rng = np.random.default_rng([seed, day.date.toordinal(), 6])
-    apm = apm_tables(day, rng)
+    expected = expected_latency(day)
+    apm = apm_tables(day, expected, rng)
     frontend = [day.topo.index(p) for p in day.topo.pods_of("frontend")]
-    frontend_err = expected_latency(day)[1][:, frontend]
+    frontend_err = expected[1][:, frontend]
     untraced = (FRONTEND_RPM - TRACES_PER_MIN_AT_SCALE_1) * scale
     for name, table in apm.items():
         kind = "service" if name in set(SERVICES) | set(STORES) else "pod"
