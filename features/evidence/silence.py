@@ -33,16 +33,16 @@ def collect(con, w: Window) -> list[Item]:
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
                           f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}", signal))
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
-    # Spans come a trace at a time: count traces, the independent draws.
-    for table, who, what, count in (("log_lines", "component", "log lines", "count(*)"),
-                                    ("spans", "pod", "traces", "count(distinct trace_id)")):
+    # From the minute tables: the lines a component logged, the spans a pod served.
+    for table, who, count, what in (("log_template_minute", "component", "lines", "log lines"),
+                                    ("span_self_minute", "pod", "spans", "spans")):
         for r in rows(con, f"""
-                with b as (select {who} as component, {count} / ? as rate from {table}
-                           where ts >= ? and ts < ? and {who} is not null group by all
-                           having {count} / ? >= ? and count(distinct date_trunc('minute', ts)) >= ?),
-                     d as (select distinct {who} as component from {table} where ts >= ? and ts <= ?)
+                with b as (select {who} as component, sum({count}) / ? as rate from {table}
+                           where minute >= ? and minute < ? and {who} is not null group by all
+                           having sum({count}) / ? >= ? and count(distinct minute) >= ?),
+                     d as (select distinct {who} as component from {table} where minute >= ? and minute <= ?)
                 select b.* from b anti join d using (component)
-                where exists (select 1 from {table} where ts >= ? and ts <= ?)""",
+                where exists (select 1 from {table} where minute >= ? and minute <= ?)""",
                       [minutes, w.start - BASELINE, w.start - GAP, minutes, min_rate, PRESENT * minutes,
                        w.start, w.end, w.start, w.end]):
             items.append(Item(r["component"], "silence", 0.8, what,
