@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import statistics
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import duckdb
@@ -145,15 +148,25 @@ def confidence(con: duckdb.DuckDBPyConnection, w: Window, score: float) -> float
 
 def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None
          ) -> list[Level]:
-    starts = []
+    """The level of every window from lo to hi, a window on each core: the time goes to the store's queries,
+    which release the interpreter while they run."""
+    windows = []
     at = lo.replace(second=0, microsecond=0)
     while at < hi:
-        starts.append(at)
+        windows.append(Window(at, min(at + LENGTH, hi)))
         at += STEP
+    cursors = threading.local()
+
+    def one(w: Window) -> Level:
+        if not hasattr(cursors, "con"):
+            cursors.con = con.cursor()
+        return level(cursors.con, w)
+
     levels = []
-    for i, s in enumerate(starts):
-        levels.append(level(con, Window(s, min(s + LENGTH, hi))))
-        progress(i + 1, len(starts))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for lv in pool.map(one, windows):
+            levels.append(lv)
+            progress(len(levels), len(windows))
     return levels
 
 
