@@ -3,9 +3,11 @@ a case's top candidate stands above what the normal windows of the same store sh
 
 A window's level is the score of its top candidate, from the same evidence families and ranker a
 case gets. Each family already measures its series against their own hour before, so a level has
-one scale on every store: a window is abnormal from `ABNORMAL` up, and abnormal windows that follow
-one another with the same culprit are one incident (back-to-back faults of other components are
-incidents of their own).
+one scale on every store: a window is abnormal from `ABNORMAL` up. An incident is found with
+hysteresis, as alarms are: it needs one abnormal window, and it runs on, before and after it, over
+the windows in a row whose top candidate is the same culprit at `STAY` or more (a fault's first
+minutes fill only part of a window, and its strength wavers; back-to-back faults of other
+components are incidents of their own).
 
 The confidence of an answer asks that its level stand out twice: against this day's normal, and
 on the scale all stores share. Most windows of a day are normal, so the median and the MAD of the
@@ -14,7 +16,7 @@ the store: the share of that normal (a normal fit) below the level is the first;
 level is past `ABNORMAL` (a logistic of width `WIDTH`) the second; the confidence is their
 geometric mean, so either alone can make it low (a noisy day where everything scores high; a
 quiet day whose best is still weak). Principles: the families' own baselines, the robust null.
-Constants: `ABNORMAL`, `CLEAR` and `WIDTH` were fitted on two real days (Train Ticket 2023-01-30,
+Constants: `ABNORMAL`, `STAY`, `CLEAR` and `WIDTH` were fitted on two real days (Train Ticket 2023-01-30,
 Online Boutique 2022-08-22) and checked on the third (Train Ticket 2023-01-29 morning) and the
 demo's simulated day; `STEP`, `LENGTH`, `REFERENCES`, `FLOOR` were chosen on the demo's day.
 """
@@ -38,8 +40,9 @@ from .ranker import rank_window
 STEP = dt.timedelta(minutes=5)  # the scan's stride
 LENGTH = dt.timedelta(minutes=10)  # the scan's windows: a fault shows in a few minutes' median
 ABNORMAL = 0.6  # a window whose top candidate scores this much is abnormal
+STAY = 0.4  # an incident runs on over its culprit's windows that score this much
 WIDTH = 0.1  # of the logistic that says how far a level is past ABNORMAL
-CLEAR = 0.5  # below this confidence an answer says "no clear root cause"
+CLEAR = 0.45  # below this confidence an answer says "no clear root cause"
 REFERENCES = 12  # windows of a case's length, spread over its day, that describe normal
 FLOOR = 0.05  # the least spread of normal levels: a store whose windows all score alike is not infinitely sure
 DAY = dt.timedelta(hours=24)
@@ -171,20 +174,21 @@ def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progr
 
 
 def incidents(levels: list[Level]) -> list[Incident]:
-    """Abnormal windows, merged where they follow one another (one window may part them) with the same culprit."""
+    """Runs of windows with the same culprit at STAY or more, those of them that reach ABNORMAL (hysteresis)."""
     normal = Normal.of([lv.score for lv in levels if lv.score is not None])
-    found: list[list[Level]] = []
+    runs: list[list[Level]] = []
     for lv in levels:
-        if lv.score is None or lv.score < ABNORMAL:
-            continue
-        last = found[-1][-1] if found else None
-        if last and lv.window.start - last.window.start <= 2 * STEP and lv.unit == last.unit:
-            found[-1].append(lv)
+        if lv.score is None or lv.score < STAY:
+            runs.append([])
+        elif runs and runs[-1] and runs[-1][-1].unit == lv.unit:
+            runs[-1].append(lv)
         else:
-            found.append([lv])
+            runs.append([lv])
     out = []
-    for run in found:
-        best = max(lv.score for lv in run)
+    for run in runs:
+        best = max((lv.score for lv in run), default=0.0)
+        if best < ABNORMAL:
+            continue
         names = [lv.component for lv in run if lv.component]
         out.append(Incident(run[0].window.start, run[-1].window.end, round(best, 3),
                             normal.confidence(best) if normal else 1.0,

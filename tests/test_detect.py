@@ -9,8 +9,9 @@ from click.testing import CliRunner
 from test_ranking import END, START, T0, Tiny, digest
 
 from features.cases import Question, load_questions
-from features.detect import CLEAR, as_questions, incidents, scan, span
+from features.detect import ABNORMAL, CLEAR, STAY, STEP, Level, as_questions, incidents, scan, span
 from features.digest import build_digest
+from features.evidence import Window
 from rcalab.cli import cli
 
 SERVICES = ("cart", "frontend", "checkout")
@@ -55,6 +56,18 @@ def test_one_fault_is_one_incident_over_its_window(tmp_path):
 
 def test_a_gap_in_collection_is_no_incident(tmp_path):
     assert found(day(tmp_path / "gap.duckdb", fault="stop")) == []
+
+
+def test_an_incident_runs_on_over_its_culprits_weaker_windows():
+    def levels(*scored):
+        return [Level(Window(T0 + i * STEP, T0 + i * STEP + 2 * STEP), score, name, name)
+                for i, (score, name) in enumerate(scored)]
+    weak, strong, low = (STAY + ABNORMAL) / 2, ABNORMAL + 0.1, STAY / 2
+    [one] = incidents(levels((low, "a"), (weak, "cart"), (strong, "cart"), (weak, "cart"), (low, "a")))
+    assert (one.start, one.end) == (T0 + STEP, T0 + 5 * STEP) and one.components == ["cart"]
+    assert incidents(levels((weak, "cart"), (weak, "cart"), (weak, "cart"))) == []  # never abnormal
+    [other, cart] = incidents(levels((strong, "email"), (weak, "cart"), (strong, "cart")))  # back to back
+    assert other.components == ["email"] and cart.start == T0 + STEP
 
 
 def test_the_confidence_tells_a_fault_from_a_quiet_window(tmp_path):
