@@ -122,8 +122,8 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
     RANDOM cases replayed at scales 0.005 and 0.05; rank replays SCHEDULE and RANDOM cases in the
     simulator and ranks every case, and every case of the real dumps; diagnose runs both agents on the same
     stratified sample of each (SAMPLE cases of every fault type); detect finds the incidents of
-    the demo's simulated day and of each real dump, and scores the confidence on their faults
-    and on as many windows with none.
+    the demo's simulated day (at SCALE and at full scale) and of each real dump, and scores the
+    confidence on their faults and on as many windows with none.
 
     Example: rcalab bench rank --scale 0.1
     """
@@ -153,6 +153,8 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
         with working("detect") as update:
             result = run({"simulated": DEMO_DAY}, list(real), scale=scale or 0.05, seed=7, progress=update,
                          measure=detection)
+            result |= run({"simulated, full scale": DEMO_DAY}, [], scale=1.0, seed=7, progress=update,
+                          measure=detection)  # the day's volume of a real system: the scan's time
         tables.append(detect_table(result))
     elif what == "testbed":
         from testbed.bench import SIGNATURE_SCALES, run, signatures
@@ -337,7 +339,8 @@ def detect(db, day, from_, to, out, given):
     """Find the abnormal windows of a store without being told, merged into incidents.
 
     Every 5 minutes a 10-minute window is ranked as a case; a window whose top candidate scores
-    0.6 or more is abnormal, and abnormal windows in a row with the same culprit are one incident.
+    0.6 or more is abnormal and starts an incident, which runs on over the windows in a row with
+    the same culprit at 0.4 or more.
 
     Example: rcalab detect --db store.duckdb --out detected.json && rcalab diagnose --db store.duckdb --input detected.json --out answers.jsonl
     """
