@@ -30,6 +30,7 @@ import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import duckdb
 from scipy.stats import norm
@@ -176,18 +177,11 @@ def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progr
 def incidents(levels: list[Level]) -> list[Incident]:
     """Runs of windows with the same culprit at STAY or more, those of them that reach ABNORMAL (hysteresis)."""
     normal = Normal.of([lv.score for lv in levels if lv.score is not None])
-    runs: list[list[Level]] = []
-    for lv in levels:
-        if lv.score is None or lv.score < STAY:
-            runs.append([])
-        elif runs and runs[-1] and runs[-1][-1].unit == lv.unit:
-            runs[-1].append(lv)
-        else:
-            runs.append([lv])
     out = []
-    for run in runs:
-        best = max((lv.score for lv in run), default=0.0)
-        if best < ABNORMAL:
+    for unit, run in groupby(levels, key=lambda lv: lv.unit if lv.score is not None and lv.score >= STAY else None):
+        run = list(run)
+        best = max(lv.score or 0.0 for lv in run)
+        if unit is None or best < ABNORMAL:
             continue
         names = [lv.component for lv in run if lv.component]
         out.append(Incident(run[0].window.start, run[-1].window.end, round(best, 3),
