@@ -11,7 +11,7 @@ from etl import store
 from etl.loader import refresh_features
 from features.cases import Question
 from features.digest import build_digest
-from features.evidence import Item, Window, logs, traces
+from features.evidence import Item, Window, faulty_direction, logs, traces
 from features.graph import dependency_graph
 from features.options import options
 
@@ -225,3 +225,12 @@ def test_a_node_whose_available_memory_falls_is_filling_up_not_restarted():
     available = Item("node-1", "metric", 0.9, "node_memory_MemAvailable_bytes", "16G -> 3G", "memory", fell=True)
     assert options([available], "node")[0].fault_type == "node memory stress"
     assert options([available], "pod")[0].fault_type == "pod kill"
+
+
+def test_a_latency_that_grew_by_less_than_half_is_no_evidence_however_smooth_its_series():
+    """Seen on make demo's day: a dependency 1.4x slower for ten minutes (1.6 -> 2.3 ms) made a change point of
+    7 deviations in its very smooth series, and an incident of its own."""
+    assert not faulty_direction("rrt", 1600, 2300)
+    assert faulty_direction("rrt", 1600, 2500)
+    assert faulty_direction("node_cpu_usage_rate", 16, 20)  # other rising signals need only rise
+    assert not faulty_direction("node_cpu_usage_rate", 20, 16)

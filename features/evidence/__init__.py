@@ -76,8 +76,17 @@ def signal_of(metric: str) -> str:
     return next((name for pattern, name in SIGNALS if pattern.search(metric)), "other")
 
 
+# A latency that grew by less than this factor is noise whatever its z or its shift in deviations (a smooth
+# series makes a small rise many of them); the trace family's floor too.
+MIN_RATIO = 1.5
+
+
 def faulty_direction(metric: str, before: float | None, during: float | None) -> bool:
-    return signal_of(metric) not in RISING or before is None or during is None or during > before
+    """Whether a change is a fault's way: rising signals rise, and latency by MIN_RATIO at least."""
+    signal = signal_of(metric)
+    if signal not in RISING or before is None or during is None:
+        return True
+    return during > before * (MIN_RATIO if signal == "latency" else 1)
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | dict) -> list[dict]:

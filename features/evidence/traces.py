@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from . import GAP, TRACE_REACH, Item, Window, fmt, rows
+from . import GAP, MIN_RATIO, TRACE_REACH, Item, Window, fmt, rows
 
 RATIO_FULL = 100.0  # a latency ratio this high scores 1; scores grow with the ratio's logarithm
-MIN_RATIO = 1.5
 MIN_CALLS = 3
 MIN_DELTA_US = 2000  # a latency rise below this is noise whatever the ratio
 ERROR_RISE = 0.05
