@@ -12,6 +12,7 @@ from etl.loader import refresh_features
 from features.cases import Question
 from features.digest import build_digest
 from features.evidence import Item, Window, faulty_direction, logs, traces
+from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
 from features.options import options
 
@@ -234,3 +235,13 @@ def test_a_latency_that_grew_by_less_than_half_is_no_evidence_however_smooth_its
     assert faulty_direction("rrt", 1600, 2500)
     assert faulty_direction("node_cpu_usage_rate", 16, 20)  # other rising signals need only rise
     assert not faulty_direction("node_cpu_usage_rate", 20, 16)
+
+
+def test_a_resource_share_that_took_most_of_its_headroom_is_strong_evidence_however_smooth_its_series():
+    """Seen on make demo's day: node CPU 16% -> 92% scored a z of 16 only (the scale floor caps z), and the
+    node CPU stress was missed. The share of the headroom a rise took needs no scale of its own."""
+    assert headroom_taken("node_cpu_usage_rate", 16, 92) > 0.9
+    assert headroom_taken("NodeMemoryUsageRate(%)", 50, 80) == 0.6
+    assert headroom_taken("CpuUsageRate(%)", 0.5, 3) < 0.05  # an idle pod's blip
+    assert headroom_taken("node_memory_MemAvailable_bytes", 16e9, 4e9) == 0  # no capacity in its name
+    assert headroom_taken("error_ratio", 0, 90) == 0  # not a resource

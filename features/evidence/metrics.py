@@ -3,6 +3,7 @@ low), with the median value before and during, from `metric_anomaly`."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from . import BASELINE, ECHO, GAP, Item, Window, faulty_direction, fmt, rows, signal_of
@@ -11,10 +12,14 @@ from . import BASELINE, ECHO, GAP, Item, Window, faulty_direction, fmt, rows, si
 # shared by every pod of the node, so it says nothing of the pod itself.
 NODE_METRIC = re.compile(r"^node", re.I)
 
-import math
-
 Z_MIN = 3.0
 Z_FULL = 100.0  # a median z this high (the table's cap) scores 1; scores grow with log z
+
+# A percentage of a bounded resource (CPU, memory, disk): the share of its headroom a rise took is an effect
+# size with no scale to fit, and saturation is a fault however smooth the series (its z is capped by the
+# table's scale floor).
+PERCENT = re.compile(r"%|percent|usage_rate|util", re.I)
+BOUNDED = {"cpu", "memory", "disk"}
 
 
 def collect(con, w: Window) -> list[Item]:
@@ -25,12 +30,25 @@ def collect(con, w: Window) -> list[Item]:
                    from metric_anomaly where ts >= ? and ts < ? group by all)
         select d.*, b.before from d left join b using (source, component, metric)
         where d.z >= ? order by d.z desc limit 400""", [w.start, w.end, w.start - BASELINE, w.start - GAP, Z_MIN])
-    return [Item(m["component"], "metric", math.log(min(m["z"], Z_FULL) / Z_MIN) / math.log(Z_FULL / Z_MIN), m["metric"],
-                 f"metric {m['metric']} of {m['component']}: {fmt(m['before'])} -> {fmt(m['during'])} (z {m['z']:.0f})",
-                 signal_of(m["metric"]), bool(ECHO.search(m["metric"])) or shared(m["metric"], m["source"]),
-                 (m["during"] or 0) < (m["before"] or 0))
-            for m in found if faulty_direction(m["metric"], m["before"], m["during"])]
+    return [item(m) for m in found if faulty_direction(m["metric"], m["before"], m["during"])]
 
+
+def item(m: dict) -> Item:
+    z_score = math.log(min(m["z"], Z_FULL) / Z_MIN) / math.log(Z_FULL / Z_MIN)
+    taken = headroom_taken(m["metric"], m["before"], m["during"])
+    size = f"z {m['z']:.0f}" + (f", {taken:.0%} of its headroom" if taken > z_score else "")
+    return Item(m["component"], "metric", max(z_score, taken), m["metric"],
+                f"metric {m['metric']} of {m['component']}: {fmt(m['before'])} -> {fmt(m['during'])} ({size})",
+                signal_of(m["metric"]), bool(ECHO.search(m["metric"])) or shared(m["metric"], m["source"]),
+                (m["during"] or 0) < (m["before"] or 0))
 
 def shared(metric: str, source: str) -> bool:
     return bool(NODE_METRIC.search(metric)) and "node" not in source
+
+
+def headroom_taken(metric: str, before: float | None, during: float | None) -> float:
+    """The share of a percentage's headroom that its rise took (0 for other metrics)."""
+    if before is None or during is None or not 0 <= before < 100 or signal_of(metric) not in BOUNDED \
+            or not PERCENT.search(metric):
+        return 0.0
+    return max(0.0, min(1.0, (during - before) / (100 - before)))
