@@ -36,7 +36,7 @@ import duckdb
 from scipy.stats import norm
 
 from .evidence import Window
-from .ranker import rank_window
+from .ranker import Candidate, rank_window
 
 STEP = dt.timedelta(minutes=5)  # the scan's stride
 LENGTH = dt.timedelta(minutes=10)  # the scan's windows: a fault shows in a few minutes' median
@@ -47,6 +47,7 @@ CLEAR = 0.45  # below this confidence an answer says "no clear root cause"
 REFERENCES = 12  # windows of a case's length, spread over its day, that describe normal
 FLOOR = 0.05  # the least spread of normal levels: a store whose windows all score alike is not infinitely sure
 DAY = dt.timedelta(hours=24)
+CANDIDATES = 5  # a window's candidates: a digest's, and those whose slow links can tell its level
 ROUND = dt.timedelta(minutes=5)  # reference windows' lengths, so that cases of about one length share them
 
 
@@ -97,14 +98,23 @@ class Incident:
     components: list[str] = field(default_factory=list)  # the windows' top candidates, most frequent first
 
 
+def alarm(ranked: list[Candidate]) -> float:
+    """How abnormal a window is, from its top candidate: its score, or the anomaly of a slow link at either of
+    its ends before the link is shared out between them (a link slow between two otherwise healthy ends is an
+    incident still: the challenge's network faults are a link's, source -> destination)."""
+    top = ranked[0].component
+    return max([ranked[0].score] + [it.score for c in ranked for it in c.found
+                                    if it.signal == "link" and top in (it.component, it.peer)])
+
+
 def level(con: duckdb.DuckDBPyConnection, w: Window) -> Level:
     if con.execute("select 1 from metric_points where ts >= ? and ts <= ? limit 1", [w.start, w.end]).fetchone() is None:
         return Level(w, None, None)
-    top, pods_of, _ = rank_window(con, w, limit=1)
-    if not top:
+    ranked, pods_of, _ = rank_window(con, w, limit=CANDIDATES)
+    if not ranked:
         return Level(w, 0.0, None)
-    service = next((s for s, pods in pods_of.items() if top[0].component in pods), top[0].component)
-    return Level(w, top[0].score, top[0].component, service)
+    top = ranked[0].component
+    return Level(w, alarm(ranked), top, next((s for s, pods in pods_of.items() if top in pods), top))
 
 
 def span(con: duckdb.DuckDBPyConnection) -> tuple[dt.datetime, dt.datetime] | None:

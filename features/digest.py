@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 import duckdb
 
 from .cases import Question
-from .detect import clear, confidence
+from .detect import CANDIDATES, alarm, clear, confidence
 from .evidence import Window, flat
 from .options import Option, options
 from .ranker import Candidate, rank_window
 
 MAX_TOKENS = 1500
-MAX_CANDIDATES = 5
 OPTION_CANDIDATES = 3
 
 
@@ -48,10 +47,10 @@ class Digest:
 
 def build_digest(con: duckdb.DuckDBPyConnection, q: Question) -> Digest:
     w = Window.around(q.start, q.end)
-    ranked, _, node_of = rank_window(con, w, MAX_CANDIDATES)
+    ranked, _, node_of = rank_window(con, w, CANDIDATES)
     opts = {c.component: options(c.evidence, c.level) for c in ranked[:OPTION_CANDIDATES]}
     window = (q.start.strftime("%Y-%m-%dT%H:%M:%SZ"), q.end.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    sure = confidence(con, w, ranked[0].score) if ranked else None
+    sure = confidence(con, w, alarm(ranked)) if ranked else None
     return Digest(q.uuid, window, ranked, render(q, ranked, opts, node_of, sure), opts, sure)
 
 

@@ -9,9 +9,10 @@ from click.testing import CliRunner
 from test_ranking import END, START, T0, Tiny, digest
 
 from features.cases import Question, load_questions
-from features.detect import ABNORMAL, CLEAR, STAY, STEP, Level, as_questions, incidents, scan, span
+from features.detect import ABNORMAL, CLEAR, STAY, STEP, Level, alarm, as_questions, incidents, scan, span
 from features.digest import build_digest
 from features.evidence import Window
+from features.ranker import rank_window
 from rcalab.cli import cli
 
 SERVICES = ("cart", "frontend", "checkout")
@@ -56,6 +57,21 @@ def test_one_fault_is_one_incident_over_its_window(tmp_path):
 
 def test_a_gap_in_collection_is_no_incident(tmp_path):
     assert found(day(tmp_path / "gap.duckdb", fault="stop")) == []
+
+
+def test_a_link_slow_between_two_otherwise_healthy_ends_is_an_incident(tmp_path):
+    """The challenge's network faults are a link's (source -> destination): the link's anomaly is the window's,
+    though its two ends, each with a healthy link beside it, share the blame for it."""
+    t = Tiny(tmp_path / "link.duckdb")
+    t.series("a-0", "pod_cpu_usage", 0.2, service="a")
+    t.chain(["a", "b"], slow="b", gap_us=2_000_000)  # 10 ms -> 2 s
+    t.chain(["a", "c"])
+    t.chain(["d", "b"])
+    con = t.done()
+    ranked, _, _ = rank_window(con, Window(START, END), 5)
+    assert ranked[0].score < ABNORMAL <= alarm(ranked)
+    [incident] = found(con)
+    assert incident.start <= START + dt.timedelta(minutes=2) and incident.components[0] in ("a", "b")
 
 
 def test_an_incident_runs_on_over_its_culprits_weaker_windows():

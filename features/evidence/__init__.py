@@ -49,6 +49,8 @@ class Item:
     # path (the events that follow one another in a span)
     echo: bool = False
     fell: bool = False  # the value fell (a restarted container's memory, a dead process count)
+    share: float = 1.0  # how much of the anomaly points at this component (a slow link, at one of its ends)
+    peer: str | None = None  # a slow link's other end
 
 
 # What a metric measures, from its name alone (any system): the first pattern that matches.

@@ -3,8 +3,9 @@
 - links: the gap of a call (caller span less callee span) that grew and carries most of the call's
   slowdown (a callee that got slower itself lengthens the call, not the gap), given to the end whose
   links in that direction are all slow: a network fault on a pod slows all its calls in or out,
-  while its peers each have one slow link among healthy ones. Where the return leg of the slow calls
-  into that end (the span offset) got slower too, the link is named as Nezha names that measure,
+  while its peers each have one slow link among healthy ones. The item's score is the link's anomaly, the
+  share of the end's links that are slow how much of it points at that end. Where the return leg of the slow
+  calls into that end (the span offset) got slower too, the link is named as Nezha names that measure,
   NetworkP90(ms) of the callee;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
   and calls that get no answer at all.
@@ -134,7 +135,7 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
     for end, (score, e, direction) in best.items():
         scores = way[end, direction]
         n = sum(1 for sc in scores if sc > 0)
-        confidence = share(scores) * n / (n + 0.5)
+        confidence = n / (n + 0.5)
         calls = "calls into" if direction == "in" else "calls from"
         said = (f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
                 f"{fmt(e['gap'] / 1000)} ms; {n} of {len(scores)} {calls} {end} slow")
@@ -144,7 +145,8 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
             said = (f"trace NetworkP90(ms) of {end} (span offset, calls from {x['caller']}): "
                     f"{fmt(x['ret_before'] / 1000)} -> {fmt(x['ret'] / 1000)} ms; {said}")
         items.append(Item(end, "trace", score * confidence, "NetworkP90(ms)" if returning else "call latency",
-                          said, "link"))
+                          said, "link", share=share(scores),
+                          peer=e["caller"] if end == e["callee"] else e["callee"]))
     return items
 
 
