@@ -11,7 +11,7 @@ from etl import store
 from etl.loader import refresh_features
 from features.cases import Question
 from features.digest import build_digest
-from features.evidence import Item, Window, faulty_direction, logs, traces
+from features.evidence import Item, Window, faulty_direction, logs, silence, traces
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
 from features.options import options
@@ -138,6 +138,16 @@ def test_the_callee_that_throws_outranks_the_callers_that_log_it(tiny):
     assert d.candidates[0].component == "c"
     assert "NullPointerException" in d.text
     assert d.options["c"][0].fault_type == "jvm exception"
+
+
+def test_a_latency_that_stops_says_nobody_called_not_that_the_pod_is_gone(tiny):
+    """Seen on the Train Ticket day: when the load fell, a service's client latency had no values for three
+    minutes (no calls out), and read as a dead pod it made a quiet window the day's most abnormal."""
+    tiny.series("x-0", "PodClientLatencyP90(s)", 0.2, fault="stop")
+    tiny.series("x-0", "MemoryUsage(Mi)", 300)
+    tiny.series("y-0", "MemoryUsage(Mi)", 300, fault="stop")
+    items = silence.collect(tiny.done(), Window(START, END))
+    assert {(i.component, i.signal) for i in items} == {("x-0", "traffic"), ("y-0", "silence")}
 
 
 def test_a_steady_template_that_stops_is_evidence(tiny):

@@ -26,12 +26,14 @@ def collect(con, w: Window) -> list[Item]:
                   [w.start - BASELINE, w.start - GAP, PRESENT * minutes, w.start, w.end]):
         during = "no values" if m["during"] is None else "0"
         # A series that stops reporting, or a live process's memory, process count or up flag at 0, says the
-        # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come
-        # says nobody calls: traffic, which falls down the call graph from a failing caller.
-        gone = m["during"] is None or signal_of(m["metric"]) in ("memory", "processes", "up")
-        signal = "silence" if gone else "traffic"
+        # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come, or
+        # a latency that stops (it has no value without calls), says nobody calls: traffic, which falls down
+        # the call graph from a failing caller.
+        measures = signal_of(m["metric"])
+        gone = (m["during"] is None and measures != "latency") or measures in ("memory", "processes", "up")
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
-                          f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}", signal))
+                          f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}",
+                          "silence" if gone else "traffic"))
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
     # From the minute tables: the lines a component logged, the spans a pod served.
     for table, who, count, what in (("log_template_minute", "component", "lines", "log lines"),
