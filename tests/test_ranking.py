@@ -150,6 +150,16 @@ def test_a_latency_that_stops_says_nobody_called_not_that_the_pod_is_gone(tiny):
     assert {(i.component, i.signal) for i in items} == {("x-0", "traffic"), ("y-0", "silence")}
 
 
+def test_what_is_left_falls_the_fault_s_way_and_errors_that_stop_are_a_recovery(tiny):
+    """Seen on a simulated day: a service's steady errors stopped, and read as traffic that fell they made a
+    quiet hour an incident."""
+    assert faulty_direction("SuccessRate(%)", 100, 20) and not faulty_direction("SuccessRate(%)", 90, 100)
+    assert faulty_direction("node_filesystem_free_bytes", 5e9, 1e9)
+    tiny.series("x-0", "server_error", 2, fault=0)
+    tiny.series("y-0", "SuccessRate(%)", 100, fault=0)
+    assert [i.component for i in silence.collect(tiny.done(), Window(START, END))] == ["y-0"]
+
+
 def test_a_steady_template_that_stops_is_evidence(tiny):
     tiny.log("x-0", "x", "heartbeat ok", 20, stops=True)
     tiny.log("x-0", "x", "request served", 5)

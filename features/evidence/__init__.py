@@ -83,11 +83,18 @@ def signal_of(metric: str) -> str:
 MIN_RATIO = 1.5
 
 
+# What is left or what went right (free bytes, available memory, a success rate): its fall is the fault's way.
+LEFT = re.compile(r"success|avail|free", re.I)
+
+
 def faulty_direction(metric: str, before: float | None, during: float | None) -> bool:
-    """Whether a change is a fault's way: rising signals rise, and latency by MIN_RATIO at least."""
+    """Whether a change is a fault's way: rising signals rise (what is left of them falls), and latency by
+    MIN_RATIO at least."""
     signal = signal_of(metric)
     if signal not in RISING or before is None or during is None:
         return True
+    if LEFT.search(metric):
+        return during < before
     return during > before * (MIN_RATIO if signal == "latency" else 1)
 
 
