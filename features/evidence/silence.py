@@ -15,15 +15,16 @@ def collect(con, w: Window) -> list[Item]:
     items = []
     minutes = (BASELINE - GAP).total_seconds() / 60
     for m in rows(con, """
-            with b as (select component, metric, median(value) as before from metric_points
+            with d as (select component, metric, median(value) as during from metric_anomaly
+                       where ts >= ? and ts <= ? group by all),
+                 b as (select component, metric, median(value) as before from metric_anomaly
+                       anti join (select * from d where during <> 0) using (component, metric)  -- goes on
                        where ts >= ? and ts < ? group by all
                        having quantile_disc(abs(value), 0.1) > 0  -- hardly ever zero before
-                       and count(distinct date_trunc('minute', ts)) >= ?),  -- and hardly ever missing
-                 d as (select component, metric, median(value) as during, count(*) as n from metric_points
-                       where ts >= ? and ts <= ? group by all)
+                       and count(distinct date_trunc('minute', ts)) >= ?)  -- and hardly ever missing
             select b.component, b.metric, b.before, d.during from b left join d using (component, metric)
-            where (d.n is null or d.during = 0) and exists (select 1 from d)""",
-                  [w.start - BASELINE, w.start - GAP, PRESENT * minutes, w.start, w.end]):
+            where exists (select 1 from d)""",
+                  [w.start, w.end, w.start - BASELINE, w.start - GAP, PRESENT * minutes]):
         during = "no values" if m["during"] is None else "0"
         # A series that stops reporting, or a live process's memory, process count or up flag at 0, says the
         # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come, or
