@@ -11,7 +11,7 @@ from etl import store
 from etl.loader import refresh_features
 from features.cases import Question
 from features.digest import build_digest
-from features.evidence import Item, Window, faulty_direction, logs, silence, traces
+from features.evidence import Item, Window, faulty_change, logs, silence, traces
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
 from features.options import options
@@ -153,8 +153,8 @@ def test_a_latency_that_stops_says_nobody_called_not_that_the_pod_is_gone(tiny):
 def test_what_is_left_falls_the_fault_s_way_and_errors_that_stop_are_a_recovery(tiny):
     """Seen on a simulated day: a service's steady errors stopped, and read as traffic that fell they made a
     quiet hour an incident."""
-    assert faulty_direction("SuccessRate(%)", 100, 20) and not faulty_direction("SuccessRate(%)", 90, 100)
-    assert faulty_direction("node_filesystem_free_bytes", 5e9, 1e9)
+    assert faulty_change("SuccessRate(%)", 100, 20) and not faulty_change("SuccessRate(%)", 90, 100)
+    assert faulty_change("node_filesystem_free_bytes", 5e9, 1e9)
     tiny.series("x-0", "server_error", 2, fault=0)
     tiny.series("y-0", "SuccessRate(%)", 100, fault=0)
     assert [i.component for i in silence.collect(tiny.done(), Window(START, END))] == ["y-0"]
@@ -251,10 +251,10 @@ def test_a_node_whose_available_memory_falls_is_filling_up_not_restarted():
 def test_a_latency_that_grew_by_less_than_half_is_no_evidence_however_smooth_its_series():
     """Seen on make demo's day: a dependency 1.4x slower for ten minutes (1.6 -> 2.3 ms) made a change point of
     7 deviations in its very smooth series, and an incident of its own."""
-    assert not faulty_direction("rrt", 1600, 2300)
-    assert faulty_direction("rrt", 1600, 2500)
-    assert faulty_direction("node_cpu_usage_rate", 16, 20)  # other rising signals need only rise
-    assert not faulty_direction("node_cpu_usage_rate", 20, 16)
+    assert not faulty_change("rrt", 1600, 2300)
+    assert faulty_change("rrt", 1600, 2500)
+    assert faulty_change("node_cpu_usage_rate", 16, 20)  # other rising signals need only rise
+    assert not faulty_change("node_cpu_usage_rate", 20, 16)
 
 
 def test_a_resource_share_that_took_most_of_its_headroom_is_strong_evidence_however_smooth_its_series():

@@ -87,7 +87,7 @@ MIN_RATIO = 1.5
 LEFT = re.compile(r"success|avail|free", re.I)
 
 
-def faulty_direction(metric: str, before: float | None, during: float | None) -> bool:
+def faulty_change(metric: str, before: float | None, during: float | None) -> bool:
     """Whether a change is a fault's way: rising signals rise (what is left of them falls), and latency by
     MIN_RATIO at least."""
     signal = signal_of(metric)

@@ -3,7 +3,7 @@ the series' own noise, from the `changepoints` table (ruptures, computed per day
 
 from __future__ import annotations
 
-from . import ECHO, GAP, Item, Window, faulty_direction, fmt, rows, signal_of
+from . import ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
 from .metrics import shared
 
 SHIFT_FULL = 6.0  # a shift of this many standard deviations of the day scores `WEIGHT`
@@ -20,4 +20,4 @@ def collect(con, w: Window) -> list[Item]:
                  f"change point {c['metric']} of {c['component']}: {fmt(c['before'])} -> {fmt(c['after'])} "
                  f"({c['shift']:.1f} sd)", signal_of(c["metric"]),
                  bool(ECHO.search(c["metric"])) or shared(c["metric"], c["source"]), c["after"] < c["before"])
-            for c in found if faulty_direction(c["metric"], c["before"], c["after"])]
+            for c in found if faulty_change(c["metric"], c["before"], c["after"])]

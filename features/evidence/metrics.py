@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from . import BASELINE, ECHO, GAP, Item, Window, faulty_direction, fmt, rows, signal_of
+from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
 
 # A node's metric on a pod's row (Nezha writes NodeCpuUsageRate(%) beside each pod's own): it is
 # shared by every pod of the node, so it says nothing of the pod itself.
@@ -30,7 +30,7 @@ def collect(con, w: Window) -> list[Item]:
                    from metric_anomaly where ts >= ? and ts < ? group by all)
         select d.*, b.before from d left join b using (source, component, metric)
         where d.z >= ? order by d.z desc limit 400""", [w.start, w.end, w.start - BASELINE, w.start - GAP, Z_MIN])
-    return [item(m) for m in found if faulty_direction(m["metric"], m["before"], m["during"])]
+    return [item(m) for m in found if faulty_change(m["metric"], m["before"], m["during"])]
 
 
 def item(m: dict) -> Item:

@@ -4,7 +4,7 @@ A failed pod, a dead TiDB part or a killed process says more by what stops than 
 
 from __future__ import annotations
 
-from . import BASELINE, GAP, Item, Window, faulty_direction, fmt, rows, signal_of
+from . import BASELINE, GAP, Item, Window, faulty_change, fmt, rows, signal_of
 
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
 MIN_EXPECTED = 10.0
@@ -31,7 +31,7 @@ def collect(con, w: Window) -> list[Item]:
         # a latency that stops (it has no value without calls), says nobody calls: traffic, which falls down
         # the call graph from a failing caller.
         measures = signal_of(m["metric"])
-        if measures == "errors" and not faulty_direction(m["metric"], m["before"], m["during"]):
+        if measures == "errors" and not faulty_change(m["metric"], m["before"], m["during"]):
             continue  # errors that stop while the series goes on: a recovery
         gone = (m["during"] is None and measures != "latency") or measures in ("memory", "processes", "up")
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
