@@ -18,15 +18,14 @@ from scipy.stats import mannwhitneyu
 from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
-from judge.report import service_of
-from testbed.bench import REPLAY_SCALE
-
 from . import detect
 from .cases import Question, load_questions
 from .digest import build_digest
 from .evidence import Window
+from .graph import service_of
 
 DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
+REPLAY_SCALE = 0.1  # of a real day's traces and logs, in the benchmarks' simulated replays
 FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
 
 

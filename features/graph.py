@@ -12,6 +12,7 @@ Edges point from a component to what it depends on:
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from importlib import resources
 
@@ -52,6 +53,12 @@ def dependency_graph(con: duckdb.DuckDBPyConnection, w: Window) -> nx.DiGraph:
 
 
 CALLS = ("call", "declared")
+
+
+def service_of(component: str) -> str:
+    """The service of a pod name (HipsterShop `name-0`, Kubernetes `name-<hash>-<id>`)."""
+    component = re.sub(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$", "", component)
+    return re.sub(r"-\d+$", "", component)
 
 
 def _calls(g: nx.DiGraph, component: str, hops: int, upstream: bool) -> set[str]:

@@ -6,10 +6,10 @@ import base64
 import html
 import io
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
+from features.graph import service_of
 from rcalab.errors import read_text
 from reasoner.batch import transcripts_path
 
@@ -94,12 +94,6 @@ def transcript_figures(answers: Path, truth_services: dict[str, list[str]]) -> d
 def ranked_services(components: list[str]) -> list[str]:
     """The services of ranked components, first appearance kept (service-level AC@k)."""
     return list(dict.fromkeys(service_of(c) for c in components))
-
-
-def service_of(component: str) -> str:
-    """The service of a pod name (HipsterShop `name-0`, Kubernetes `name-<hash>-<id>`)."""
-    component = re.sub(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$", "", component)
-    return re.sub(r"-\d+$", "", component)
 
 
 def _chart(by_type: dict) -> str:

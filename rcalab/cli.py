@@ -127,7 +127,8 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
 
     Example: rcalab bench rank --scale 0.1
     """
-    from testbed.bench import REPLAY_SCALE, random_schedule
+    from features.bench import REPLAY_SCALE
+    from testbed.bench import random_schedule
 
     tables = []
     schedules = {"simulated": schedule} if schedule.is_file() else {}
@@ -141,7 +142,7 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
             result = run(schedules, list(real), scale=scale or REPLAY_SCALE, progress=update)
         tables.append(rank_table(result))
     elif what == "diagnose":
-        from reasoner.bench import run
+        from judge.bench import run
 
         with working("diagnose") as update:
             result = run({"simulated": schedule}, list(real), per_type=sample, scale=scale or REPLAY_SCALE,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from etl.loader import run_etl
+from features.bench import REPLAY_SCALE
 
 from .schedule import random_cases
 from .signatures import check
@@ -21,7 +22,6 @@ from .topology import Topology
 
 # Replays of a ground-truth schedule run at a tenth of the real traffic: below that, a window of a
 # quiet hour holds too few traces and failing calls for the observations a real dump shows.
-REPLAY_SCALE = 0.1
 SIGNATURE_SCALES = (0.005, 0.05)
 
 

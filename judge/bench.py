@@ -9,15 +9,14 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from features.bench import labelled_stores
+from features.bench import REPLAY_SCALE, labelled_stores
 from features.cases import load_questions
-from judge.report import transcript_figures
-from judge.scoring import score
-from testbed.bench import REPLAY_SCALE
+from reasoner.agent import openai_chat
+from reasoner.batch import run_batch
+from reasoner.llm import endpoint
 
-from .agent import openai_chat
-from .batch import run_batch
-from .llm import endpoint
+from .report import transcript_figures
+from .scoring import score
 
 AGENTS = ("rank", "llm")
 
