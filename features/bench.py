@@ -25,6 +25,7 @@ from .evidence import Window
 from .graph import service_of
 
 DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
+DETECT_RANDOM = 12  # random cases a detection benchmark replays: half a day, a fault an hour
 REPLAY_SCALE = 0.1  # of a real day's traces and logs, in the benchmarks' simulated replays
 FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
 

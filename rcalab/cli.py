@@ -113,7 +113,8 @@ def simulate(out, schedule, cases, limit, scale, seed):
               show_default=True, help="rank, diagnose, detect: labelled real dumps (Nezha layout) to measure too.")
 @click.option("--random", type=click.IntRange(min=0), default=180, show_default=True,
               help="testbed, rank: also replay this many cases drawn at random, every fault type in turn, with "
-                   "random instances (a schedule no one tuned to; 0: none). Saved as OUT/random-schedule.jsonl.")
+                   "random instances (a schedule no one tuned to; 0: none). Saved as OUT/random-schedule.jsonl. "
+                   "detect: half a day of them, a fault an hour.")
 @reports_errors
 def bench(what, out, scale, nezha, sample, schedule, real, random):
     """Measure a stage; print a table and save it as OUT/WHAT.json.
@@ -122,7 +123,8 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
     RANDOM cases replayed at scales 0.005 and 0.05; rank replays SCHEDULE and RANDOM cases in the
     simulator and ranks every case, and every case of the real dumps; diagnose runs both agents on the same
     stratified sample of each (SAMPLE cases of every fault type); detect finds the incidents of
-    the demo's simulated day (at SCALE and at full scale) and of each real dump, and scores the
+    the demo's simulated day (at SCALE and at full scale), of half a day of RANDOM cases (at most 12,
+    a fault an hour) and of each real dump, and scores the
     confidence on their faults and on as many windows with none.
 
     Example: rcalab bench rank --scale 0.1
@@ -149,11 +151,14 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
                          progress=update)
         tables.append(diagnose_table(result))
     elif what == "detect":
-        from features.bench import DEMO_DAY, detection, run
+        from features.bench import DEMO_DAY, DETECT_RANDOM, detection, run
 
+        days = {"simulated": DEMO_DAY}
+        if random:
+            out.mkdir(parents=True, exist_ok=True)
+            days["simulated random"] = random_schedule(out / "random-detect-schedule.jsonl", min(random, DETECT_RANDOM))
         with working("detect") as update:
-            result = run({"simulated": DEMO_DAY}, list(real), scale=scale or 0.05, seed=7, progress=update,
-                         measure=detection)
+            result = run(days, list(real), scale=scale or 0.05, seed=7, progress=update, measure=detection)
             result |= run({"simulated, full scale": DEMO_DAY}, [], scale=1.0, seed=7, progress=update,
                           measure=detection)  # the day's volume of a real system: the scan's time
         tables.append(detect_table(result))
