@@ -3,7 +3,8 @@
 One contract: `collect(con, window) -> list[Item]`, every item naming the component as the
 store names it (pod, service, node, TiDB part), a score in 0..1, the key metric or log
 keyword verbatim, one line of text, the signal (what moved) and whether the item is an
-echo (measured on a caller's side, so it says more about a callee than about the component).
+echo (measured on a caller's side, so it says more about a callee than about the component);
+where an anomaly lies between two components (a slow link), how much of it points at this one.
 Adding a family is adding a module here and its name to the list in `collect`.
 """
 
