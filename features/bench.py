@@ -18,6 +18,7 @@ from scipy.stats import mannwhitneyu
 from etl import store
 from etl.cases import write_cases
 from etl.loader import run_etl
+
 from . import detect
 from .cases import Question, load_questions
 from .digest import build_digest
@@ -26,7 +27,9 @@ from .graph import service_of
 
 DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
 DETECT_RANDOM = 12  # random cases a detection benchmark replays: half a day, a fault an hour
-REPLAY_SCALE = 0.1  # of a real day's traces and logs, in the benchmarks' simulated replays
+# Replays of a ground-truth schedule run at a tenth of the real traffic: below that, a window of a
+# quiet hour holds too few traces and failing calls for the observations a real dump shows.
+REPLAY_SCALE = 0.1
 FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
 
 

@@ -58,13 +58,13 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False) -> float:
     for it in items:
         explained = (up and (it.echo or it.signal in UPWARD)) or (down and it.signal in DOWNWARD)
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
-        best[it.signal] = max(best.get(it.signal, 0.0), it.score * it.share * weight)
+        best[it.signal] = max(best.get(it.signal, 0.0), it.blame * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
 
 
 def strength(item: Item) -> tuple:
     """Strongest first, own evidence before echoes; ties broken by text, so that reruns agree."""
-    return item.echo, -item.score * item.share, item.kind, item.text
+    return item.echo, -item.blame, item.kind, item.text
 
 
 def own(items: list[Item]) -> float:
@@ -98,7 +98,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     service_of = {p: s for s, pods in pods_of.items() for p in pods}
     flagged: dict[str, set[str]] = defaultdict(set)
     for it in items:
-        if not it.echo and it.score * it.share >= 0.3:
+        if not it.echo and it.blame >= 0.3:
             flagged[it.kind].add(service_of.get(it.component, it.component))
     weight = {kind: min(1.0, SPECIFIC / len(comps)) ** 0.5 for kind, comps in flagged.items()}
     by_component: dict[str, list[Item]] = defaultdict(list)

@@ -20,8 +20,6 @@ from .schedule import random_cases
 from .signatures import check
 from .topology import Topology
 
-# Replays of a ground-truth schedule run at a tenth of the real traffic: below that, a window of a
-# quiet hour holds too few traces and failing calls for the observations a real dump shows.
 SIGNATURE_SCALES = (0.005, 0.05)
 
 

@@ -53,6 +53,11 @@ class Item:
     share: float = 1.0  # how much of the anomaly points at this component (a slow link, at one of its ends)
     peer: str | None = None  # a slow link's other end
 
+    @property
+    def blame(self) -> float:
+        """What the item says against this component: its score, times the share that points at it."""
+        return self.score * self.share
+
 
 # What a metric measures, from its name alone (any system): the first pattern that matches.
 SIGNALS = (

@@ -97,7 +97,7 @@ def collect(con, w: Window) -> list[Item]:
     troubled: dict[str, float] = {}
     for it in traces.collect(con, w):
         if it.signal in TROUBLE and not it.echo:
-            troubled[it.component] = max(it.score * it.share, troubled.get(it.component, 0.0))
+            troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
     items = []
     for c in changed.values():
         below = {d for d in (nx.descendants(calls, c.service) if c.service in calls else ())

@@ -42,6 +42,7 @@ def item(m: dict) -> Item:
                 signal_of(m["metric"]), bool(ECHO.search(m["metric"])) or shared(m["metric"], m["source"]),
                 (m["during"] or 0) < (m["before"] or 0))
 
+
 def shared(metric: str, source: str) -> bool:
     return bool(NODE_METRIC.search(metric)) and "node" not in source
 
