@@ -39,7 +39,10 @@ def found(con):
 
 
 def test_a_quiet_day_has_no_incident(tmp_path):
-    assert found(day(tmp_path / "quiet.duckdb")) == []
+    con = day(tmp_path / "quiet.duckdb")
+    threads = con.execute("select current_setting('threads')").fetchone()
+    assert found(con) == []
+    assert con.execute("select current_setting('threads')").fetchone() == threads  # the scan gives them back
 
 
 def test_one_fault_is_one_incident_over_its_window(tmp_path):

@@ -25,11 +25,12 @@ BOUNDED = {"cpu", "memory", "disk"}
 def collect(con, w: Window) -> list[Item]:
     found = rows(con, """
         with d as (select source, component, metric, median(abs(z)) as z, median(value) as during
-                   from metric_anomaly where ts >= ? and ts <= ? group by all),
+                   from metric_anomaly where ts >= ? and ts <= ? group by all having median(abs(z)) >= ?),
              b as (select source, component, metric, median(value) as before
-                   from metric_anomaly where ts >= ? and ts < ? group by all)
+                   from metric_anomaly semi join d using (source, component, metric)
+                   where ts >= ? and ts < ? group by all)
         select d.*, b.before from d left join b using (source, component, metric)
-        where d.z >= ? order by d.z desc limit 400""", [w.start, w.end, w.start - BASELINE, w.start - GAP, Z_MIN])
+        order by d.z desc limit 400""", [w.start, w.end, Z_MIN, w.start - BASELINE, w.start - GAP])
     return [item(m) for m in found if faulty_change(m["metric"], m["before"], m["during"])]
 
 
