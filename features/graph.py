@@ -61,6 +61,12 @@ def service_of(component: str) -> str:
     return re.sub(r"-\d+$", "", component)
 
 
+def entries(g: nx.DiGraph) -> set[str]:
+    """Where the load comes in: the services that call others and that nothing calls."""
+    calls = [(a, b) for a, b, k in g.edges(data="kind") if k in CALLS]
+    return {a for a, _ in calls} - {b for _, b in calls}
+
+
 def _calls(g: nx.DiGraph, component: str, hops: int, upstream: bool) -> set[str]:
     """Components within `hops` calls down (what it calls) or up (what calls it); a pod as its service."""
     if component not in g:

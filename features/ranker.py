@@ -12,7 +12,8 @@
    slow network link, where errors start) stay where they are. So a unit keeps its local
    signals, but little of its latency and errors when a dependency (what it calls, within two
    calls, and its node when that node hosts anomalous pods of two or more services) is
-   anomalous, and little of a traffic change when a caller is. A unit with no local signal at
+   anomalous, and little of a traffic change when a caller is, or when the load fell where it comes
+   in (a service that calls and that nothing calls). A unit with no local signal at
    all is an echo of something, seen or not. The deepest anomalous unit with healthy
    dependencies ranks first.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from .evidence import Item, Window, collect
-from .graph import CALLS, callers, dependency_graph, depends_on, topology
+from .graph import CALLS, callers, dependency_graph, depends_on, entries, topology
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
@@ -73,6 +74,13 @@ def own(items: list[Item]) -> float:
 
 def fell(item: Item) -> bool:
     return item.signal == "traffic" and (item.fell or item.kind == "silence") and not item.echo
+
+
+def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str, str]) -> set[str]:
+    """The units where the load comes in (a service that calls and that nothing calls) whose traffic fell:
+    where there are any, every fall below them follows theirs."""
+    entry = entries(g)
+    return {u for u, its in units.items() if service_of.get(u, u) in entry and any(fell(it) for it in its)}
 
 
 def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str, Item]]:
@@ -127,9 +135,11 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         elif len(hit) >= 2:
             units[service] += [it for p in hit for it in units.pop(p)]
             level[service] = "service"
-    for u, item in missing_calls(units, g):
-        units[u].append(item)
-        level.setdefault(u, "pod" if u in service_of else "node" if u in nodes else "service")
+    fallen = load_fell(units, g, service_of)
+    if not fallen:  # where the load fell, the falls below follow it: no caller stopped calling
+        for u, item in missing_calls(units, g):
+            units[u].append(item)
+            level.setdefault(u, "pod" if u in service_of else "node" if u in nodes else "service")
     cands = {u: Candidate(u, level[u], evidence=sorted(its, key=strength))
              for u, its in units.items()}
     own_of = {u: own(units[u]) for u in cands}
@@ -147,7 +157,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
-                          down=calling >= ANOMALOUS or unexplained)
+                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}))
         if c.level == "node" and len(hosted[u]) >= 2:
             c.score += 0.1 * len(hosted[u])
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]

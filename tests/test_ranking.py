@@ -10,6 +10,7 @@ import pytest
 from etl import store
 from etl.loader import refresh_features
 from features.cases import Question
+from features.detect import ABNORMAL
 from features.digest import build_digest
 from features.evidence import Item, Window, faulty_change, logs, silence, traces
 from features.evidence.metrics import headroom_taken
@@ -222,6 +223,18 @@ def test_a_caller_that_stops_calling_outranks_the_callees_that_go_quiet(tiny):
     d = digest(tiny.done())
     assert d.candidates[0].component == "checkout"
     assert "calls from checkout went missing" in d.text
+
+
+def test_when_the_load_falls_where_it_comes_in_no_caller_is_blamed_for_the_falls_below(tiny):
+    for caller, callee in (("checkout", "email"), ("checkout", "payment"), ("frontend", "checkout")):
+        tiny.con.execute("insert into declared_calls values (?, ?, 1)", [caller, callee])
+    for service, during in (("frontend", 10.0), ("checkout", None), ("email", 0.0), ("payment", 0.0)):
+        tiny.place(f"{service}-0", service)
+        tiny.series(f"{service}-0", "request", 40.0, service=service, source="apm", fault=during)
+        tiny.series(f"{service}-0", "pod_memory_working_set_bytes", 3e8, service=service)
+    d = digest(tiny.done())
+    assert "went missing" not in d.text
+    assert d.candidates[0].score < ABNORMAL  # a load that fell is no incident
 
 
 def test_a_log_keyword_is_the_line_s_own_words_not_the_template_s_placeholder():
