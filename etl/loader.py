@@ -1,4 +1,5 @@
-"""The ETL run: find the dump's files, load new and changed ones, refresh the features they touch.
+"""The ETL run: find the dump's files, load new and changed ones, and mark the days their rows fall on
+(`dirty_days`) for the features' refresh (`features/refresh.py`).
 
 Each file loads in one transaction (its old rows out, its new rows in, its manifest row),
 so an interrupted run leaves every file either fully loaded or not at all. A file that
@@ -20,14 +21,9 @@ import duckdb
 
 from rcalab.errors import LoadError
 
-from features.anomaly import refresh_edge_anomaly, refresh_metric_anomaly
-from features.changepoints import refresh_changepoints
-from features.events import refresh_event_pairs
-from features.templates import event_sql, level_sql, mask_sql, mine_new, refresh_template_minute
-from features.trace_edges import refresh_span_self, refresh_trace_edges
-
 from . import store
 from .adapters import TABLES, InputFile, adapter_for
+from .loglines import event_sql, level_sql, mask_sql, mine_new
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +46,19 @@ class Report:
         return bool(self.failed)
 
 
-def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None) -> Report:
-    """Load `dump` into the store `db` incrementally; see the module docstring."""
+def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None,
+            then: Callable[[duckdb.DuckDBPyConnection, Report], None] | None = None) -> Report:
+    """Load `dump` into the store `db` incrementally (see the module docstring). `then(con, report)` runs once
+    the files are in, on the same connection and under the same lock (the nightly job refreshes the features)."""
     dump = Path(dump).resolve()  # a file is known by its real path, however the dump was named
     adapter = adapter_for(dump, fmt)
     with store.exclusive(db):
         con = store.connect(db)
         try:
-            return _run(con, adapter, dump, progress)
+            report = _run(con, adapter, dump, progress)
+            if then:
+                then(con, report)
+            return report
         finally:
             con.close()
 
@@ -105,23 +106,7 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         report.rows += rows
         report.rows_by_kind[file.kind] = report.rows_by_kind.get(file.kind, 0) + rows
         report.seconds_by_kind[file.kind] = report.seconds_by_kind.get(file.kind, 0.0) + time.perf_counter() - started
-    if progress:
-        progress(len(todo), "features")
     con.execute("delete from dirty_days where day not between ? and ?", [FIRST_DAY, last_day()])  # none can load
-    days = [row[0] for row in con.execute("select day from dirty_days order by day").fetchall()]
-    started = time.perf_counter()
-    for day in days:
-        try:
-            refreshed = refresh_features(con, day)
-        except (duckdb.Error, ValueError) as e:  # the day stays dirty and is tried again next run
-            report.failed.append((f"features of {day}", str(e).splitlines()[0]))
-            log.warning("features of %s: %s", day, e)
-            continue
-        for table, rows in refreshed.items():
-            report.feature_rows[table] = report.feature_rows.get(table, 0) + rows
-        con.execute("delete from dirty_days where day = ?", [day])
-    if days:
-        report.seconds_by_kind["features"] = time.perf_counter() - started
     return report
 
 
@@ -248,18 +233,3 @@ def _update_placement(con, kind: str, fid: int) -> None:
                    select pod, service, node, min(first_seen) as first_seen, max(last_seen) as last_seen
                    from placement group by all""")
 
-
-def refresh_features(con, day: dt.date) -> dict[str, int]:
-    """Recompute every feature table for one UTC day."""
-    start = dt.datetime.combine(day, dt.time())
-    end = start + dt.timedelta(days=1)
-    counts = {
-        "metric_anomaly": refresh_metric_anomaly(con, start, end),
-        "log_template_minute": refresh_template_minute(con, start, end),
-        "trace_edge_minute": refresh_trace_edges(con, start, end),
-        "span_self_minute": refresh_span_self(con, start, end),
-        "event_pair_minute": refresh_event_pairs(con, start, end),
-    }
-    counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
-    counts["changepoints"] = refresh_changepoints(con, day)
-    return counts

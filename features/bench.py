@@ -1,5 +1,6 @@
-"""Benchmark of the ranking: top-1 / top-3 per fault type and overall, and digest time per case, on
-a simulated replay of a ground-truth schedule and on real labelled dumps (the Nezha days)."""
+"""Benchmarks on simulated and real labelled days: the nightly job (load and refresh, each run in a
+child process: time, peak memory, rows/s); the ranking (top-1 / top-3 per fault type and overall, digest
+time per case, on a replay of a ground-truth schedule and on the Nezha days); the detection."""
 
 from __future__ import annotations
 
@@ -13,17 +14,18 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import duckdb
 from scipy.stats import mannwhitneyu
 
 from etl import store
 from etl.cases import write_cases
-from etl.loader import run_etl
 
 from . import detect
 from .cases import Question, load_questions
 from .digest import build_digest
 from .evidence import Window
 from .graph import service_of
+from .refresh import nightly
 
 DEMO_DAY = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"  # six faults, sixteen quiet hours
 DETECT_RANDOM = 12  # random cases a detection benchmark replays: half a day, a fault an hour
@@ -31,6 +33,60 @@ DETECT_RANDOM = 12  # random cases a detection benchmark replays: half a day, a 
 # quiet hour holds too few traces and failing calls for the observations a real dump shows.
 REPLAY_SCALE = 0.1
 FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
+
+_CHILD = """
+import json, resource, sys, time
+from features.refresh import nightly
+t = time.perf_counter()
+r = nightly(sys.argv[1], sys.argv[2])
+print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      rows=r.rows_by_kind, kind_seconds=r.seconds_by_kind, failed=len(r.failed))))
+"""
+
+
+def _etl(dump: Path, db: Path) -> dict:
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(dump), str(db)], check=True, capture_output=True,
+                         text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    result["wall_seconds"] = time.perf_counter() - started
+    return result
+
+
+def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
+    """The nightly job's time, peak memory and rates on one simulated day; the scan floor; the rerun; the real day."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dump, db = Path(tmp) / "dump", Path(tmp) / "store.duckdb"
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--cases", "1", "--scale", str(scale)],
+                       check=True, stdout=subprocess.DEVNULL)
+        started = time.perf_counter()
+        duckdb.connect().execute("select count(*) from read_parquet(?, union_by_name = true)",
+                                 [f"{dump}/*/**/*.parquet"]).fetchall()
+        scan = time.perf_counter() - started
+        first = _etl(dump, db)
+        rerun = _etl(dump, db)
+    rows, secs = first["rows"], first["kind_seconds"]
+    result = {
+        "scale": scale,
+        "etl_seconds": round(first["wall_seconds"], 2),
+        "etl_peak_memory_mb": round(first["peak_mb"], 1),
+        "scan_seconds": round(scan, 3),
+        "etl_over_scan": round(first["wall_seconds"] / scan, 1),
+        "rerun_seconds": round(rerun["wall_seconds"], 2),
+        "log_lines": rows.get("log", 0),
+        "log_lines_per_s": round(rows.get("log", 0) / max(secs.get("log", 1e-9), 1e-9)),
+        "spans": rows.get("trace", 0),
+        "spans_per_s": round(rows.get("trace", 0) / max(secs.get("trace", 1e-9), 1e-9)),
+        "metric_rows": rows.get("metric", 0),
+        "metric_rows_per_s": round(rows.get("metric", 0) / max(secs.get("metric", 1e-9), 1e-9)),
+        "features_seconds": round(secs.get("features", 0.0), 2),
+    }
+    if nezha and Path(nezha).is_dir():
+        with tempfile.TemporaryDirectory() as tmp:
+            real = _etl(Path(nezha), Path(tmp) / "tt.duckdb")
+        result["trainticket_etl_seconds"] = round(real["wall_seconds"], 2)
+        result["trainticket_failed_files"] = real["failed"]
+    return result
 
 
 def names(row: dict) -> set[str]:
@@ -84,7 +140,7 @@ def labelled_stores(tmp: Path, schedules: dict[str, Path], real: list[Path], sca
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
                         "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
         progress(f"loading the replay of {Path(schedule).name}")
-        run_etl(dump, db)
+        nightly(dump, db)
         yield name, db, dump / "input.json", dump / "groundtruth.jsonl"
     for path in real:
         if Path(path).is_dir():
@@ -92,7 +148,7 @@ def labelled_stores(tmp: Path, schedules: dict[str, Path], real: list[Path], sca
             progress(f"loading {name}")
             cases, db = tmp / f"{name}-cases", tmp / f"{name}.duckdb"
             write_cases(path, cases)
-            run_etl(path, db)
+            nightly(path, db)
             yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
 
 

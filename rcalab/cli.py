@@ -174,9 +174,9 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
         tables.append(signature_table(result["signatures"]))
         tables.append(measure_table(what, result))
     else:
-        from etl.bench import run
+        from features.bench import nightly_run
 
-        result = run(scale=scale or 1.0, nezha=nezha)
+        result = nightly_run(scale=scale or 1.0, nezha=nezha)
         tables.append(measure_table(what, result))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -274,11 +274,11 @@ def etl(dump, db, fmt):
 
     Example: rcalab etl out --db store.duckdb
     """
-    from etl.loader import run_etl
+    from features.refresh import nightly
 
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("loading", total=None)
-        report = run_etl(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=what))
+        report = nightly(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=what))
     click.echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
                f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed, "
                f"{report.removed} gone from the dump (rows dropped) -> {db}")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from etl.loader import run_etl
 from features.bench import REPLAY_SCALE
+from features.refresh import nightly
 
 from .schedule import random_cases
 from .signatures import check
@@ -62,5 +62,5 @@ def signatures(schedule: Path, scale: float = REPLAY_SCALE, seed: int = 1) -> di
         dump, db = Path(tmp) / "dump", Path(tmp) / "store.duckdb"
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
                         "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
-        run_etl(dump, db)
+        nightly(dump, db)
         return check(db, dump / "groundtruth.jsonl")

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from etl.loader import run_etl
+from features.refresh import nightly
 
 from testbed.schedule import load_schedule, random_cases
 from testbed.simulate import simulate
@@ -35,7 +35,7 @@ def every_fault(tmp_path_factory):
 def replay_store(replay, tmp_path_factory):
     """The replay loaded into a store, and the ETL's report."""
     db = tmp_path_factory.mktemp("store") / "store.duckdb"
-    return db, run_etl(replay, db)
+    return db, nightly(replay, db)
 
 
 @pytest.fixture(scope="session")
@@ -43,5 +43,5 @@ def every_fault_store(every_fault, tmp_path_factory):
     """The every-fault dump loaded into a store."""
     dump, cases = every_fault
     db = tmp_path_factory.mktemp("every_fault_store") / "store.duckdb"
-    run_etl(dump, db)
+    nightly(dump, db)
     return db, dump / "groundtruth.jsonl"

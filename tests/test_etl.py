@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from conftest import SHARED
 from etl import loader, store
-from etl.loader import run_etl
+from features.refresh import nightly
 from rcalab.cli import cli
 from rcalab.errors import StoreError
 
@@ -80,7 +80,7 @@ def test_fault_shows_in_the_features(loaded):
 
 def test_rerun_on_unchanged_dump_does_no_work(loaded, replay):
     db, first = loaded
-    again = run_etl(replay, db)
+    again = nightly(replay, db)
     assert again.loaded == [] and again.unchanged == len(first.loaded) + first.skipped and not again.feature_rows
 
 
@@ -93,11 +93,11 @@ def dump_copy(replay, tmp_path):
 
 def test_changed_file_is_reloaded_without_duplicates(dump_copy, tmp_path):
     db = tmp_path / "s.duckdb"
-    run_etl(dump_copy, db)
+    nightly(dump_copy, db)
     path = dump_copy / DAY / "log-parquet" / f"log_filebeat-server_{DAY}_05-00-00.parquet"
     table = pq.read_table(path)
     pq.write_table(table.slice(0, 10), path)
-    report = run_etl(dump_copy, db)
+    report = nightly(dump_copy, db)
     assert report.loaded == [str(path)]
     (rows,), = q(db, "select count(*) from log_lines l join manifest m using (file_id) where m.path = ?", [str(path)])
     assert rows == 10
@@ -139,11 +139,11 @@ def test_interrupted_load_leaves_no_half_written_file(dump_copy, tmp_path, monke
 
     monkeypatch.setattr(loader, "_update_placement", crash)
     with pytest.raises(KeyboardInterrupt):
-        run_etl(dump_copy, db)
+        nightly(dump_copy, db)
     assert q(db, "select count(*) from spans") == [(0,)]
     assert q(db, "select count(*) from manifest where kind = 'trace'") == [(0,)]
     monkeypatch.setattr(loader, "_update_placement", real)
-    report = run_etl(dump_copy, db)
+    report = nightly(dump_copy, db)
     assert not report.failed and report.feature_rows["trace_edge_minute"] > 0
     (dupes,), = q(db, "select count(*) - count(distinct (file_id, ts, metric, component)) from metric_points")
     assert dupes == 0
@@ -153,7 +153,7 @@ def test_second_etl_on_the_same_store_refuses(replay, tmp_path):
     db = tmp_path / "s.duckdb"
     with store.exclusive(db):
         with pytest.raises(StoreError, match=r"another ETL is writing .*s\.duckdb"):
-            run_etl(replay, db)
+            nightly(replay, db)
 
 
 def test_template_ids_survive_nightly_runs(dump_copy, tmp_path):
@@ -163,11 +163,11 @@ def test_template_ids_survive_nightly_runs(dump_copy, tmp_path):
     shutil.move(first_day / "log-parquet", moved)  # night 1: no logs yet
     (first_day / "log-parquet").mkdir()
     shutil.copy(moved / f"log_filebeat-server_{DAY}_02-00-00.parquet", first_day / "log-parquet")
-    run_etl(dump_copy, db)
+    nightly(dump_copy, db)
     before = dict(q(db, "select masked, template_id from log_masked"))
     for p in moved.iterdir():  # night 2: the rest of the logs arrive
         shutil.copy(p, first_day / "log-parquet")
-    run_etl(dump_copy, db)
+    nightly(dump_copy, db)
     after = dict(q(db, "select masked, template_id from log_masked"))
     assert len(after) >= len(before) and all(after[m] == t for m, t in before.items())
 
@@ -213,7 +213,7 @@ def nezha_few_minutes(tmp_path_factory):
 
 def test_real_train_ticket_minutes_load(nezha_few_minutes, tmp_path):
     db = tmp_path / "tt.duckdb"
-    report = run_etl(nezha_few_minutes, db)
+    report = nightly(nezha_few_minutes, db)
     assert report.format == "nezha" and not report.failed, report.failed
     services = {r[0] for r in q(db, "select distinct service from spans")}
     assert {"ts-contacts-service", "ts-gateway-service"} <= services
@@ -238,7 +238,7 @@ def test_real_train_ticket_minutes_load(nezha_few_minutes, tmp_path):
     ("plain line with an error inside", None, "plain line with an error inside"),
 ])
 def test_severity_is_its_own_column_and_not_part_of_the_template(line, level, masked):
-    from features.templates import level_sql, mask_sql
+    from etl.loglines import level_sql, mask_sql
 
     got = duckdb.connect().execute(f"select {level_sql('t')}, {mask_sql('t')} from (select ? as t)", [line]).fetchall()
     assert got == [(level, masked)]

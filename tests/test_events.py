@@ -8,8 +8,8 @@ import duckdb
 import pytest
 from test_ranking import END, MINUTES, T0, Tiny, digest, during
 
-from etl.loader import run_etl
 from features.evidence import Window, events
+from features.refresh import nightly
 
 FRONT = ["F.c.FrontController#10", "F.c.FrontController#20"]
 ORDER = ["o.s.OrderServiceImpl#5", "o.s.OrderServiceImpl#7", "o.s.OrderServiceImpl#9"]
@@ -101,7 +101,7 @@ def test_a_log_line_joins_its_span_and_keeps_its_code_position_verbatim(tmp_path
     dump = nezha_minute(tmp_path / "dump", [line("t.s.TravelServiceImpl#451", "[queryInfo][Query]"),
                                             line("o.a.c.c.C.[.[.[.[dispatcherServlet]#175", "threw exception", ms=362)])
     db = tmp_path / "s.duckdb"
-    assert not run_etl(dump, db).failed
+    assert not nightly(dump, db).failed
     con = duckdb.connect(str(db), read_only=True)
     assert sorted(con.execute("select trace_id, span_id, event from log_lines").fetchall()) == [
         ("aa11", "bb22", "o.a.c.c.C.[.[.[.[dispatcherServlet]#175"), ("aa11", "bb22", "t.s.TravelServiceImpl#451")]
@@ -116,7 +116,7 @@ def test_a_csv_with_tabs_and_broken_quotes_inside_log_lines_loads_the_rest(tmp_p
                     'stream"":""stdout"",time"":""t""}"\n')  # a quote lost, as in the real 10_06_log.csv
     dump = nezha_minute(tmp_path / "dump", rows)
     db = tmp_path / "s.duckdb"
-    report = run_etl(dump, db)
+    report = nightly(dump, db)
     assert not report.failed, report.failed
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("select count(*) from log_lines").fetchall() == [(30,)]

@@ -8,7 +8,6 @@ import math
 import pytest
 
 from etl import store
-from etl.loader import refresh_features
 from features.cases import Question
 from features.detect import ABNORMAL
 from features.digest import build_digest
@@ -16,6 +15,7 @@ from features.evidence import Item, Window, faulty_change, logs, silence, traces
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
 from features.options import options
+from features.refresh import refresh_day
 
 T0 = dt.datetime(2025, 6, 6, 8, 0)
 START, END = T0 + dt.timedelta(minutes=90), T0 + dt.timedelta(minutes=110)
@@ -78,7 +78,7 @@ class Tiny:
         self.con.execute("insert into placement values (?, ?, ?, ?, ?)", [pod, service, node, T0, T0])
 
     def done(self):
-        refresh_features(self.con, T0.date())
+        refresh_day(self.con, T0.date())
         return self.con
 
 

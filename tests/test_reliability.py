@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from conftest import SHARED
 from etl import store
-from etl.loader import run_etl
 from features.cases import load_questions
+from features.refresh import nightly
 from rcalab.cli import cli
 from rcalab.errors import RcalabError, StoreError
 from reasoner.agent import openai_chat
@@ -56,8 +56,8 @@ def test_a_dump_named_two_ways_loads_once(replay, tmp_path, monkeypatch):
     shutil.copytree(replay, dump)
     db = tmp_path / "store.duckdb"
     monkeypatch.chdir(tmp_path)
-    first = run_etl("dump", db)
-    again = run_etl(dump.resolve(), db)
+    first = nightly("dump", db)
+    again = nightly(dump.resolve(), db)
     assert first.rows > 0 and not again.loaded and not again.failed and again.unchanged > 0
     assert count(db, "select count(*) from spans") == first.rows_by_kind["trace"]
 
@@ -69,12 +69,12 @@ def test_times_from_a_broken_clock_fail_the_file_not_the_store(tmp_path, when):
     infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(good, 5))
     bad = infra_file(dump, f"infra_pod_pod_memory_working_set_bytes_{DAY}.parquet", minutes(good, 4) + minutes(when, 1),
                      value_column="pod_memory_working_set_bytes")
-    report = run_etl(dump, db)
+    report = nightly(dump, db)
     assert [p for p, _ in report.failed] == [str(bad)] and "rows with times outside" in report.failed[0][1]
     assert count(db, "select count(*) from metric_points") == 5
     assert count(db, "select count(*) from dirty_days") == 0
     infra_file(dump, bad.name, minutes(good, 5), value_column="pod_memory_working_set_bytes")  # fixed
-    assert not run_etl(dump, db).failed and count(db, "select count(*) from metric_points") == 10
+    assert not nightly(dump, db).failed and count(db, "select count(*) from metric_points") == 10
 
 
 def test_odd_metric_files_are_recorded_and_the_rest_loads(tmp_path):
@@ -99,7 +99,7 @@ def test_a_nezha_call_graph_is_read_and_per_call_latency_skipped_with_a_reason(t
     for name in ("dependency.csv", "source_50.csv", "frontend-579b9bff58-t2dbm_metric.csv"):
         shutil.copy(source / name, day / "metric" / name)
     db = tmp_path / "store.duckdb"
-    report = run_etl(tmp_path / "dump", db, "nezha")
+    report = nightly(tmp_path / "dump", db, "nezha")
     assert not report.failed
     assert count(db, "select count(*) from declared_calls where caller = 'frontend' and callee = 'checkoutservice'") == 1
     assert count(db, "select count(*) from manifest where status = 'skipped' and path like '%source_50.csv'") == 1
@@ -111,11 +111,11 @@ def test_reloads_and_deletions_leave_no_stale_rows(tmp_path):
     moving = infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(monday, 40))
     gone = infra_file(dump, f"infra_pod_pod_memory_working_set_bytes_{DAY}.parquet", minutes(monday, 40),
                       value_column="pod_memory_working_set_bytes")
-    run_etl(dump, db)
+    nightly(dump, db)
     assert count(db, "select count(*) from metric_anomaly where ts::date = '2025-06-06'") == 80
     infra_file(dump, moving.name, minutes(tuesday, 40))  # its rows move to another day
     gone.unlink()
-    report = run_etl(dump, db)
+    report = nightly(dump, db)
     assert report.removed == 1
     assert count(db, "select count(*) from metric_anomaly where ts::date = '2025-06-06'") == 0
     assert count(db, "select count(*) from metric_anomaly where ts::date = '2025-06-07'") == 40
@@ -126,9 +126,9 @@ def test_reloads_and_deletions_leave_no_stale_rows(tmp_path):
 def test_a_failed_reload_keeps_its_old_rows_and_says_so(tmp_path):
     dump, db = tmp_path / "dump", tmp_path / "store.duckdb"
     path = infra_file(dump, f"infra_pod_pod_cpu_usage_{DAY}.parquet", minutes(dt.datetime(2025, 6, 6, 1, 0), 5))
-    run_etl(dump, db)
+    nightly(dump, db)
     path.write_bytes(b"PAR1 not parquet any more")
-    run_etl(dump, db)
+    nightly(dump, db)
     con = duckdb.connect(str(db), read_only=True)
     rows, status, error = con.execute("select rows, status, error from manifest where path = ?", [str(path)]).fetchall()[0]
     assert (rows, status) == (5, "failed") and "the 5 rows of its previous load are kept" in error
@@ -300,7 +300,7 @@ def test_a_nezha_metric_row_takes_its_time_from_the_text_where_the_epoch_is_wron
     (metric / "adservice-5f6585d649-fnmft_metric.csv").write_text("Time,TimeStamp,PodName,CpuUsage(m)\n" +
                                                                   "\n".join(rows) + "\n")
     db = tmp_path / "store.duckdb"
-    assert not run_etl(tmp_path / "dump", db, "nezha").failed
+    assert not nightly(tmp_path / "dump", db, "nezha").failed
     assert count(db, "select min(ts)::text from metric_points") == "2022-08-22 03:50:19"
 
 

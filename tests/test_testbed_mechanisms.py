@@ -7,7 +7,7 @@ import json
 import duckdb
 import pytest
 
-from etl.loader import run_etl
+from features.refresh import nightly
 from testbed.schedule import load_schedule
 from testbed.simulate import simulate
 from testbed.topology import Topology
@@ -34,7 +34,7 @@ def store(tmp_path_factory):
     schedule.write_text("".join(json.dumps(r) + "\n" for r in rows))
     topo = Topology.build(2)
     simulate(tmp / "dump", load_schedule(schedule, topo), topo, scale=0.01, seed=2)
-    run_etl(tmp / "dump", tmp / "store.duckdb")
+    nightly(tmp / "dump", tmp / "store.duckdb")
     con = duckdb.connect(str(tmp / "store.duckdb"), read_only=True)
     con.execute("set TimeZone = 'UTC'")
     yield con

@@ -7,7 +7,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from etl.loader import run_etl
+from features.refresh import nightly
 
 HOSTILE = "x\"' as double); drop table spans; copy (select 1) to '{out}' (--"
 
@@ -31,7 +31,7 @@ def test_hostile_names_and_values_in_a_challenge_dump(tmp_path):
                       "instance": ["aiops-k8s-01"] * 3, hostile: [1.0, 2.0, 3.0]})
     pq.write_table(table, folder / f"infra_pod_{hostile.replace('/', '_')}_2025-06-06.parquet")
     db = tmp_path / "store.duckdb"
-    report = run_etl(tmp_path / "dump", db)
+    report = nightly(tmp_path / "dump", db)
     assert not report.failed and report.rows == 3
     names, metrics = tables(db)
     assert "spans" in names and not escaped.exists()
@@ -47,7 +47,7 @@ def test_hostile_csv_headers_and_cells_in_a_nezha_dump(tmp_path):
     rows = [f"t,{1675036800 + 60 * i},ts-a-service-866bd68c97-dzqgd,{i}.5" for i in range(3)]
     (metric / "ts-a-service'; drop table spans; --_metric.csv").write_text("\n".join([header, *rows]) + "\n")
     db = tmp_path / "store.duckdb"
-    report = run_etl(tmp_path / "dump", db, "nezha")
+    report = nightly(tmp_path / "dump", db, "nezha")
     assert not report.failed and report.rows == 3
     names, metrics = tables(db)
     assert "spans" in names and not escaped.exists()
