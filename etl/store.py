@@ -112,7 +112,8 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
                 raise StoreError(f"{path} is not a DuckDB store; name a new file or a store built by 'rcalab etl'")
     try:
         con = duckdb.connect(str(path), read_only=read_only)
-        (block, blocks), = con.execute("select block_size, total_blocks from pragma_database_size()").fetchall()
+        # Free blocks at the end are cut from the file, but every used block is in it.
+        (block, blocks), = con.execute("select block_size, used_blocks from pragma_database_size()").fetchall()
     except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException) as e:
         raise damaged(path, str(e).splitlines()[0]) from None
     except duckdb.Error as e:
@@ -120,7 +121,7 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     size, needed = os.path.getsize(path), HEADER_BYTES + block * blocks
     if blocks and size < needed:
         con.close()
-        raise damaged(path, f"the file has {size:,} bytes of the {needed:,} its blocks take")
+        raise damaged(path, f"the file has {size:,} bytes of the {needed:,} its used blocks take at least")
     con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
     if not read_only:
         migrate(con)
