@@ -46,9 +46,10 @@ print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusag
 
 def _etl(dump: Path, db: Path) -> dict:
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(dump), str(db)], check=True, capture_output=True,
-                         text=True).stdout
-    result = json.loads(out.strip().splitlines()[-1])
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(dump), str(db)], capture_output=True, text=True)
+    if child.returncode:
+        raise RuntimeError(f"the nightly job on {dump} failed: {(child.stderr.strip().splitlines() or ['?'])[-1]}")
+    result = json.loads(child.stdout.strip().splitlines()[-1])
     result["wall_seconds"] = time.perf_counter() - started
     return result
 
