@@ -44,7 +44,7 @@ print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusag
 """
 
 
-def _etl(dump: Path, db: Path) -> dict:
+def _nightly_child(dump: Path, db: Path) -> dict:
     started = time.perf_counter()
     child = subprocess.run([sys.executable, "-c", _CHILD, str(dump), str(db)], capture_output=True, text=True)
     if child.returncode:
@@ -64,8 +64,8 @@ def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
         duckdb.connect().execute("select count(*) from read_parquet(?, union_by_name = true)",
                                  [f"{dump}/*/**/*.parquet"]).fetchall()
         scan = time.perf_counter() - started
-        first = _etl(dump, db)
-        rerun = _etl(dump, db)
+        first = _nightly_child(dump, db)
+        rerun = _nightly_child(dump, db)
     rows, secs = first["rows"], first["kind_seconds"]
     result = {
         "scale": scale,
@@ -84,7 +84,7 @@ def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
     }
     if nezha and Path(nezha).is_dir():
         with tempfile.TemporaryDirectory() as tmp:
-            real = _etl(Path(nezha), Path(tmp) / "tt.duckdb")
+            real = _nightly_child(Path(nezha), Path(tmp) / "tt.duckdb")
         result["trainticket_etl_seconds"] = round(real["wall_seconds"], 2)
         result["trainticket_failed_files"] = real["failed"]
     return result

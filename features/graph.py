@@ -61,9 +61,14 @@ def service_of(component: str) -> str:
     return re.sub(r"-\d+$", "", component)
 
 
+def call_edges(g: nx.DiGraph) -> list[tuple[str, str]]:
+    """Caller -> callee, traced or declared."""
+    return [(a, b) for a, b, k in g.edges(data="kind") if k in CALLS]
+
+
 def entries(g: nx.DiGraph) -> set[str]:
     """Where the load comes in: the services that call others and that nothing calls."""
-    calls = [(a, b) for a, b, k in g.edges(data="kind") if k in CALLS]
+    calls = call_edges(g)
     return {a for a, _ in calls} - {b for _, b in calls}
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from .evidence import Item, Window, collect
-from .graph import CALLS, callers, dependency_graph, depends_on, entries, topology
+from .graph import call_edges, callers, dependency_graph, depends_on, entries, topology
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
@@ -86,11 +86,12 @@ def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str,
 def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str, Item]]:
     """A caller that still serves but whose callees lost their traffic stopped calling them (an exception
     or a wrong return before the call): the callees' falls are evidence for the caller."""
+    calls = call_edges(g)
     found = []
-    for caller in {a for a, _, k in g.edges(data="kind") if k in CALLS}:
+    for caller in {a for a, _ in calls}:
         if any(fell(it) for it in units.get(caller, [])):
             continue  # its own traffic fell too: its callers stopped calling it, or it is gone
-        callees = [b for _, b, k in g.out_edges(caller, data="kind") if k in CALLS]
+        callees = [b for a, b in calls if a == caller]
         falls = [(max(it.score for it in units[b] if fell(it)), b) for b in callees
                  if any(fell(it) for it in units.get(b, []))]
         if falls:
