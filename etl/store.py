@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import StoreError
+from rcalab.errors import StoreBusy, StoreError
 
 # Ordered, append-only: each migration runs once, in a transaction, when the store opens.
 MIGRATIONS = [
@@ -114,7 +115,14 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
         con = duckdb.connect(str(path), read_only=read_only)
         # Free blocks at the end are cut from the file, but every used block is in it.
         (block, blocks), = con.execute("select block_size, used_blocks from pragma_database_size()").fetchall()
-    except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException) as e:
+    except duckdb.IOException as e:
+        if "Could not set lock" in str(e):  # DuckDB names the holder: "... is held in /usr/bin/python3 (PID 12)"
+            holder = re.search(r"held in (.+?) \(PID (\d+)\)", str(e))
+            holder = f" ({holder[1]}, PID {holder[2]})" if holder else ""
+            raise StoreBusy(f"the store {path} is in use by another rcalab process{holder}; try again when it ends") \
+                from None
+        raise damaged(path, str(e).splitlines()[0]) from None
+    except (duckdb.SerializationException, duckdb.InternalException) as e:
         raise damaged(path, str(e).splitlines()[0]) from None
     except duckdb.Error as e:
         raise StoreError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
@@ -159,7 +167,7 @@ def exclusive(path: Path | str, what: str = "ETL"):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StoreError(f"another {what} is writing {path} (lock {lock_path}); try again when it ends") from None
+            raise StoreBusy(f"another {what} is writing {path} (lock {lock_path}); try again when it ends") from None
         yield
     finally:
         os.close(fd)

@@ -15,9 +15,25 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from rcalab.errors import RcalabError, check_output
+from rcalab.errors import RcalabError, check_output, shown
 
 console = Console(stderr=True)
+
+
+def echo(text: str, err: bool = False) -> None:
+    """A line for the terminal: dump text in it is shown, never obeyed."""
+    click.echo(shown(text), err=err)
+
+
+def cell(text: str) -> str:
+    """Dump text for a rich table or progress line: shown, never obeyed, and no markup."""
+    return escape(shown(text))
+
+
+def failure(message: str, exit_code: int = 1) -> click.ClickException:
+    error = click.ClickException(shown(message))
+    error.exit_code = exit_code
+    return error
 
 
 def reports_errors(command):
@@ -31,19 +47,19 @@ def reports_errors(command):
         try:
             return command(*args, **kwargs)
         except RcalabError as e:
-            raise click.ClickException(str(e)) from None
+            raise failure(str(e), e.exit_code) from None
         except KeyboardInterrupt:
-            click.echo("Interrupted: what was done is kept (each file and each answer is whole); "
+            echo("Interrupted: what was done is kept (each file and each answer is whole); "
                        "run the same command again to go on.", err=True)
             raise SystemExit(130) from None
         except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException) as e:
-            raise click.ClickException(f"a store is damaged: {str(e).splitlines()[0]}; rebuild it with "
-                                       "'rcalab etl DUMP --db NEW'") from None
+            raise failure(f"a store is damaged: {str(e).splitlines()[0]}; rebuild it with 'rcalab etl DUMP --db NEW'") \
+                from None
         except Exception as e:  # a bug: the user gets one line and the file that holds the traceback
             with tempfile.NamedTemporaryFile("w", prefix="rcalab-error-", suffix=".txt", delete=False) as f:
                 traceback.print_exc(file=f)
-            raise click.ClickException(f"unexpected error ({type(e).__name__}: {str(e)[:200]}); please report it "
-                                       f"with {f.name}") from None
+            raise failure(f"unexpected error ({type(e).__name__}: {str(e)[:200]}); please report it with {f.name}") \
+                from None
 
     return wrapper
 
@@ -87,10 +103,10 @@ def simulate(out, schedule, cases, limit, scale, seed):
         task = bar.add_task("simulating", total=steps)
         summary = run(out, todo, topo, scale=scale, seed=seed,
                       progress=lambda what: bar.update(task, advance=1, description=what))
-    click.echo(f"wrote {len(todo)} cases over {len(summary.days)} day(s) ({', '.join(summary.days)}) to {out}: "
+    echo(f"wrote {len(todo)} cases over {len(summary.days)} day(s) ({', '.join(summary.days)}) to {out}: "
                f"{summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
                f"{summary.log_lines:,} log lines")
-    click.echo(f"ground truth: {out / 'groundtruth.jsonl'}; questions: {out / 'input.json'}")
+    echo(f"ground truth: {out / 'groundtruth.jsonl'}; questions: {out / 'input.json'}")
 
 
 @cli.command()
@@ -182,7 +198,7 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
     for table in tables:
         Console().print(table)
-    click.echo(f"saved {out / f'{what}.json'}")
+    echo(f"saved {out / f'{what}.json'}")
 
 
 @contextmanager
@@ -190,7 +206,7 @@ def working(description: str):
     """A spinner on stderr while long work runs; yields a function that updates its description."""
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(description, total=None)
-        yield lambda what: bar.update(task, description=what)
+        yield lambda what: bar.update(task, description=cell(what))
 
 
 def measure_table(what: str, result: dict) -> Table:
@@ -212,8 +228,8 @@ def rank_table(result: dict) -> Table:
         table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
     for name, r in result.items():
         for fault, t in r["per_type"].items():
-            table.add_row(escape(name), escape(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
-        table.add_row(f"[bold]{escape(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
+            table.add_row(cell(name), cell(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
+        table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
                       f"[bold]{r['top3']:.3f}[/]", end_section=True)
     return table
 
@@ -238,7 +254,7 @@ def detect_table(result: dict) -> Table:
     for column in columns:
         table.add_column(column.replace("_", " "), justify="right")
     for name, figures in result.items():
-        table.add_row(escape(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
+        table.add_row(cell(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
     return table
 
 
@@ -247,7 +263,7 @@ def signature_table(replays: dict) -> Table:
     table = Table(title="testbed signatures: key metrics moved / observations found (misses in the JSON)")
     table.add_column("fault type")
     for name in replays:
-        table.add_column(escape(name), justify="right")
+        table.add_column(cell(name), justify="right")
     kinds = sorted({kind for checked in replays.values() for kind in checked}, key=lambda kind: (kind == "all", kind))
 
     def cell(r):
@@ -256,7 +272,7 @@ def signature_table(replays: dict) -> Table:
         return "/".join("-" if r[part] is None else f"{r[part]:.2f}" for part in ("metrics", "observations"))
 
     for kind in kinds:
-        table.add_row(f"[bold]{kind}[/]" if kind == "all" else escape(kind),
+        table.add_row(f"[bold]{kind}[/]" if kind == "all" else cell(kind),
                       *[cell(checked.get(kind)) for checked in replays.values()])
     return table
 
@@ -278,14 +294,14 @@ def etl(dump, db, fmt):
 
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("loading", total=None)
-        report = nightly(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=what))
-    click.echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
+        report = nightly(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=cell(what)))
+    echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
                f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed, "
                f"{report.removed} gone from the dump (rows dropped) -> {db}")
     if report.feature_rows:
-        click.echo("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()))
+        echo("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()))
     for path, reason in report.failed:
-        click.echo(f"failed: {path}: {reason}", err=True)
+        echo(f"failed: {path}: {reason}", err=True)
     if report.partial:
         raise SystemExit(2)
 
@@ -304,7 +320,7 @@ def schema(db):
     tables = con.execute("""select table_name, string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position)
                             from information_schema.columns group by table_name order by table_name""").fetchall()
     for name, columns in tables:
-        click.echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")
+        echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")
 
 
 @cli.group()
@@ -326,7 +342,7 @@ def llm_serve(port, ctx):
     """
     from reasoner.llm import serve
 
-    click.echo(f"serving the embedded model on http://127.0.0.1:{port}/v1", err=True)
+    echo(f"serving the embedded model on http://127.0.0.1:{port}/v1", err=True)
     serve(port, ctx)
 
 
@@ -379,18 +395,18 @@ def detect(db, day, from_, to, out, given):
         table.add_column(column)
     for i in found:
         table.add_row(f"{i.start:%m-%d %H:%M}", f"{i.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
-                      escape(", ".join(i.components[:3])),
-                      *([escape(", ".join(q.uuid for q in overlapping(i.start, i.end)) or "none")] if given else []))
+                      cell(", ".join(i.components[:3])),
+                      *([cell(", ".join(q.uuid for q in overlapping(i.start, i.end)) or "none")] if given else []))
     for q in known_cases:
         if lo <= q.end and q.start <= hi and not any(i.start <= q.end and q.start <= i.end for i in found):
-            table.add_row(f"{q.start:%m-%d %H:%M}", f"{q.end:%H:%M}", "-", "-", "missed", escape(q.uuid))
+            table.add_row(f"{q.start:%m-%d %H:%M}", f"{q.end:%H:%M}", "-", "-", "missed", cell(q.uuid))
     Console().print(table)
     if out:
         check_output(out, db, b"[", "a questions file (a JSON list)")
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(json.dumps(as_questions(found), indent=1) + "\n")
         tmp.replace(out)
-        click.echo(f"{len(found)} incidents written to {out}")
+        echo(f"{len(found)} incidents written to {out}")
 
 
 @cli.command()
@@ -413,7 +429,7 @@ def digest(db, input_, uuid, as_json):
     if question is None:
         raise RcalabError(f"{input_}: no case with uuid {uuid}")
     result = build_digest(connect(db, read_only=True), question)
-    click.echo(json.dumps(result.as_json(), indent=2) if as_json else result.text)
+    echo(json.dumps(result.as_json(), indent=2) if as_json else result.text)
 
 
 @cli.command()
@@ -456,25 +472,25 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, 
             task = bar.add_task("diagnosing", total=min(len(questions), limit or len(questions)))
             return run_batch(db, questions, out, chat, model=model, concurrency=concurrency, limit=limit,
                              max_tools=max_tools, time_limit=time_limit,
-                             progress=lambda uuid: bar.update(task, advance=1, description=uuid))
+                             progress=lambda uuid: bar.update(task, advance=1, description=cell(uuid)))
 
     if agent == "rank":
         report = batch(None, "rank")
     else:
         with endpoint() as (client, model):
             report = batch(openai_chat(client, model), model)
-    click.echo(f"answered {report.answered} (of which {len(report.fallback)} by the ranking where the model failed), "
+    echo(f"answered {report.answered} (of which {len(report.fallback)} by the ranking where the model failed), "
                f"unanswered {len(report.failed)}, already answered {report.skipped} "
                f"-> {out} (transcripts: {transcripts_path(out)})")
     if pages:
         from judge.pages import write_pages
 
         write_pages(db, questions, out, pages)
-        click.echo(f"pages: {pages / 'index.html'}")
+        echo(f"pages: {pages / 'index.html'}")
     for uuid, why in report.fallback:
-        click.echo(f"fallback: {uuid}: {why}", err=True)
+        echo(f"fallback: {uuid}: {why}", err=True)
     for uuid, why in report.failed:
-        click.echo(f"unanswered: {uuid}: {why}", err=True)
+        echo(f"unanswered: {uuid}: {why}", err=True)
     if report.failed or report.fallback:
         raise SystemExit(2)  # some cases have no answer, or the ranking's answer stands where the model failed
 
@@ -491,7 +507,7 @@ def cases(dump, out):
     from etl.cases import write_cases
 
     n = write_cases(dump, out)
-    click.echo(f"{n} cases -> {out / 'input.json'}, {out / 'groundtruth.jsonl'}")
+    echo(f"{n} cases -> {out / 'input.json'}, {out / 'groundtruth.jsonl'}")
 
 
 @cli.command()
@@ -518,7 +534,7 @@ def judge(truth, answers, rules, report, as_json, db, input_):
     results = {str(path): evaluate(truth, path, rules) for path in answers}
     if as_json:
         flat = {k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
-        click.echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
+        echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
     else:
         table = Table(title=f"rcalab judge (rules: {rules})")
         keys = ["final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"]
@@ -526,18 +542,18 @@ def judge(truth, answers, rules, report, as_json, db, input_):
         for k in keys:
             table.add_column(k, justify="right")
         for name, r in results.items():
-            table.add_row(escape(name), *[str(r["summary"][k]) for k in keys])
+            table.add_row(cell(name), *[str(r["summary"][k]) for k in keys])
         Console().print(table)
         for name, r in results.items():
             t = r["transcripts"]
             if t:
-                click.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in t.items() if k != "nezha_paper"))
+                echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in t.items() if k != "nezha_paper"))
                 if "nezha_paper" in t:
                     paper = t["nezha_paper"]
-                    click.echo(f"  beside the Nezha paper on {paper['system']}: AS@1 {paper['AS@1']:.2%}, "
+                    echo(f"  beside the Nezha paper on {paper['system']}: AS@1 {paper['AS@1']:.2%}, "
                                f"AS@3 {paper['AS@3']:.2%}")
             for p in r["problems"][:20]:
-                click.echo(f"  {p}", err=True)
+                echo(f"  {p}", err=True)
     if report:
         pages = {}
         if db:
@@ -549,4 +565,4 @@ def judge(truth, answers, rules, report, as_json, db, input_):
                 for k, path in enumerate(answers, 1):
                     pages[str(path)] = {u: p.relative_to(report).as_posix() for u, p in
                                         write_pages(db, questions, path, report / f"cases-{k}").items()}
-        click.echo(f"report: {write_report(report, results, pages)}")
+        echo(f"report: {write_report(report, results, pages)}")

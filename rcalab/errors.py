@@ -2,11 +2,14 @@
 readers of text files here turn an unreadable file into such an error."""
 
 import json
+import re
 from pathlib import Path
 
 
 class RcalabError(Exception):
-    """Base class: the command line turns these into one line on stderr and exit status 1."""
+    """Base class: the command line turns these into one line on stderr and exit status `exit_code`."""
+
+    exit_code = 1
 
 
 class ScheduleError(RcalabError):
@@ -18,7 +21,13 @@ class OutputError(RcalabError):
 
 
 class StoreError(RcalabError):
-    """A feature store that cannot be opened or is busy."""
+    """A feature store that cannot be opened."""
+
+
+class StoreBusy(StoreError):
+    """A store or answers file another process is using: nothing is wrong with it; try again later."""
+
+    exit_code = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, worth retrying
 
 
 class DumpError(RcalabError):
@@ -31,6 +40,17 @@ class LoadError(RcalabError):
 
 class LLMError(RcalabError):
     """The language model cannot be reached, started or understood."""
+
+
+# What a terminal would obey rather than show: C0 and C1 controls (ESC starts its escape sequences, BEL ends an OSC
+# title) and the marks that reorder text (bidirectional overrides, embeddings, isolates).
+_OBEYED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text) -> str:
+    """Text for a terminal: every character it would obey instead of show is written as its escape (ESC as
+    \\x1b, a right-to-left override as \\u202e); lines and tabs stay."""
+    return _OBEYED.sub(lambda m: ascii(m.group())[1:-1], str(text))
 
 
 def read_text(path: Path) -> str:

@@ -5,12 +5,13 @@ found moving on the chosen candidate, then the model's words; the reasoning trac
 Where the model fails (malformed twice, endpoint down, time limit), the `rank` answer stands.
 
 The model is called through `Chat`: a function from (messages, JSON schema, seconds it may take)
-to (reply text, usage). `openai_chat` makes one for any OpenAI-compatible endpoint, its retries
-included in the seconds given; tests use a scripted one.
+to (reply text, usage). `openai_chat` makes one for any OpenAI-compatible endpoint, the seconds given a
+deadline over its retries and their waits; tests use a scripted one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -44,14 +45,22 @@ class CaseFailed(Exception):
 
 
 def openai_chat(client, model: str, max_tokens: int = 200) -> Chat:
+    """A Chat for `client`'s endpoint (an `openai.AsyncOpenAI`). The seconds given are a deadline over the whole
+    request: its retries, their back-off (a 429's Retry-After too) and a reply that arrives a byte at a time."""
     def chat(messages: list[dict], schema: dict, seconds: float) -> tuple[str, dict]:
-        attempts = client.max_retries + 1  # every attempt shares the seconds left to the case
-        bounded = client.with_options(timeout=max(1.0, min(client.timeout, seconds / attempts)))
+        if seconds <= 0:
+            raise CaseFailed("time limit reached")
+
+        async def create():
+            async with openai.DefaultAsyncHttpxClient() as http:  # a client per call: one per event loop
+                return await asyncio.wait_for(client.with_options(http_client=http).chat.completions.create(
+                    model=model, messages=messages, temperature=0, max_tokens=max_tokens,
+                    response_format={"type": "json_schema", "json_schema": {"name": "step", "schema": schema,
+                                                                            "strict": True}}), seconds)
         try:
-            reply = bounded.chat.completions.create(
-                model=model, messages=messages, temperature=0, max_tokens=max_tokens,
-                response_format={"type": "json_schema", "json_schema": {"name": "step", "schema": schema,
-                                                                        "strict": True}})
+            reply = asyncio.run(create())
+        except asyncio.TimeoutError:
+            raise CaseFailed(f"time limit reached while the endpoint answered ({seconds:.0f} s were left)") from None
         except ValueError as e:  # a body that is not JSON (or not UTF-8) where a completion was due
             raise MalformedReply(f"a body that is not a JSON completion ({flat(str(e), 80)})") from None
         try:

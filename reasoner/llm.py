@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -39,7 +40,7 @@ class LLMConfig:
     base_url: str | None = None  # None: the embedded model
     model: str = EMBEDDED_MODEL
     api_key: str = "none"
-    timeout: float = 120.0  # seconds for one request (a case's time limit bounds it too)
+    timeout: float = 120.0  # seconds for one try (a case's time limit bounds every try, retry and wait)
     max_retries: int = 2
 
     @classmethod
@@ -58,19 +59,24 @@ class LLMConfig:
                     raise LLMError(f"{path}: '{key}' must be text, found {json.dumps(file[key])[:40]}")
         base_url = os.environ.get("RCALAB_LLM_BASE_URL") or file.get("base_url")
 
-        def number(env: str, key: str, default, kind):
+        def number(env: str, key: str, default, kind, least):
             value = os.environ.get(env) or file.get(key, default)
             try:
-                return kind(value)
-            except (TypeError, ValueError):
-                raise LLMError(f"{env} (or '{key}' in {path}): expected a number, got {value!r}") from None
+                number = kind(value)
+            except (TypeError, ValueError, OverflowError):
+                number = None
+            if isinstance(value, bool) or number is None or not math.isfinite(number) or number < least:
+                wanted = "a whole number" if kind is int else "a number of seconds"
+                raise LLMError(f"{env} (or '{key}' in {path}): expected {wanted} of at least {least}, "
+                               f"got {repr(value)[:40]}")
+            return number
 
         return cls(
             base_url=base_url,
             model=os.environ.get("RCALAB_LLM_MODEL") or file.get("model") or EMBEDDED_MODEL,
             api_key=os.environ.get("RCALAB_LLM_API_KEY") or file.get("api_key") or "none",
-            timeout=number("RCALAB_LLM_TIMEOUT", "timeout", cls.timeout, float),
-            max_retries=number("RCALAB_LLM_RETRIES", "retries", cls.max_retries, int),
+            timeout=number("RCALAB_LLM_TIMEOUT", "timeout", cls.timeout, float, 0.1),
+            max_retries=number("RCALAB_LLM_RETRIES", "retries", cls.max_retries, int, 0),
         )
 
 
@@ -185,9 +191,10 @@ def _ready(port: int) -> bool:
 
 
 def client(config: LLMConfig, base_url: str):
-    from openai import OpenAI
+    from openai import AsyncOpenAI
 
-    return OpenAI(base_url=base_url, api_key=config.api_key, timeout=config.timeout, max_retries=config.max_retries)
+    return AsyncOpenAI(base_url=base_url, api_key=config.api_key, timeout=config.timeout,
+                       max_retries=config.max_retries)
 
 
 @contextmanager

@@ -224,6 +224,17 @@ def test_a_config_file_of_the_wrong_shape_is_one_line(replay_store, replay, tmp_
                           "--out", tmp_path / "a.jsonl"), str(config))
 
 
+@pytest.mark.parametrize("variable, value", [("RCALAB_LLM_RETRIES", "-1"), ("RCALAB_LLM_RETRIES", "2.5"),
+                                             ("RCALAB_LLM_TIMEOUT", "soon"), ("RCALAB_LLM_TIMEOUT", "nan"),
+                                             ("RCALAB_LLM_TIMEOUT", "-3"), ("RCALAB_LLM_TIMEOUT", "inf")])
+def test_a_setting_that_is_not_a_usable_number_is_one_line_naming_it(replay_store, replay, tmp_path, monkeypatch,
+                                                                     variable, value):
+    monkeypatch.setenv("RCALAB_CONFIG", str(tmp_path / "none.json"))
+    monkeypatch.setenv(variable, value)
+    one_line_error(invoke("diagnose", "--db", replay_store[0], "--input", replay / "input.json",
+                          "--out", tmp_path / "a.jsonl"), variable)
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("2023-01-29-fault_list.json", b"[1, 2]", "not a fault list"),
     ("2023-01-29-fault_list.json", b'{"08": [{"inject_time": 5}]}', "fault 0"),

@@ -5,6 +5,8 @@ import datetime as dt
 import json
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -191,8 +193,11 @@ class FakeEndpoint:
                 fake.requests += 1
                 if mode == "hang":
                     time.sleep(30)
-                if mode == "fail":
-                    self.send_response(500)
+                if mode in ("fail", "throttle"):  # a server error, or too many requests: come back in 100 s
+                    self.send_response(500 if mode == "fail" else 429)
+                    if mode == "throttle":
+                        self.send_header("retry-after", "100")
+                    self.send_header("content-length", "0")
                     self.end_headers()
                     return
                 reply = body if body is not None else json.dumps({
@@ -204,6 +209,11 @@ class FakeEndpoint:
                 self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(reply)))
                 self.end_headers()
+                if mode == "drip":  # a valid reply, a byte a second
+                    for byte in reply:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(1)
                 self.wfile.write(reply)
 
             def log_message(self, *args):
@@ -247,16 +257,17 @@ def test_any_openai_compatible_endpoint_answers_over_http(case, tmp_path):
     assert transcript["tokens"] == {"prompt_tokens": 100, "completion_tokens": 20} and fake.requests == 1
 
 
-@pytest.mark.parametrize("mode", ["hang", "fail"])
-def test_a_hung_or_failing_endpoint_costs_the_time_limit_and_the_ranking_answers(case, tmp_path, mode):
+@pytest.mark.parametrize("mode, retries", [("hang", 2), ("fail", 2), ("throttle", 2), ("drip", 2), ("fail", 1000)])
+def test_a_case_time_limit_is_a_deadline_whatever_the_endpoint_does(case, tmp_path, mode, retries):
     db, question = case
-    fake = FakeEndpoint(mode)
+    fake = FakeEndpoint(mode, json.dumps({"action": "answer"}))
     started = time.monotonic()
     try:
-        report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake), model="fake", time_limit=4)
+        report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake, retries=retries), model="fake",
+                           time_limit=4)
     finally:
         fake.close()
-    assert time.monotonic() - started < 12  # the limit, its retries' back-off and the digest
+    assert time.monotonic() - started < 8  # the limit and the digest: no retry, wait or slow reply runs past it
     assert report.answered == 1 and [u for u, _ in report.fallback] == [question.uuid]
     assert json.loads((tmp_path / "a.jsonl").read_text())["component"] == "cartservice"
 
@@ -281,6 +292,25 @@ def test_two_diagnose_runs_on_one_answers_file_are_refused(case, tmp_path):
         with pytest.raises(StoreError, match="another diagnose run is writing"):
             run_batch(db, [question], answers, None)
     assert run_batch(db, [question], answers, None).answered == 1
+
+
+@pytest.mark.parametrize("holder_writes", [True, False])
+def test_a_store_another_process_holds_is_busy_not_damaged(replay_store, replay, tmp_path, holder_writes):
+    db = tmp_path / "store.duckdb"
+    shutil.copy(replay_store[0], db)
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time\n"
+                               f"con = duckdb.connect(sys.argv[1], read_only={not holder_writes})\n"
+                               "print('open', flush=True)\ntime.sleep(60)", str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "open\n"
+        args = ["detect", "--db", str(db)] if holder_writes else ["etl", str(replay), "--db", str(db)]
+        result = CliRunner().invoke(cli, args)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 75, result.output
+    assert "in use by another rcalab process" in result.output and f"PID {holder.pid}" in result.output
+    assert "damaged" not in result.output and result.output.count("\n") == 1
 
 
 def test_a_torn_transcripts_line_is_cut_on_resume(case, tmp_path):

@@ -1,13 +1,16 @@
 """Dump content is untrusted: hostile column names, file names and cell values reach DuckDB
-as bound parameters or quoted identifiers, never as SQL."""
+as bound parameters or quoted identifiers, never as SQL, and a terminal as text, never as commands."""
 
 import datetime as dt
+import shutil
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from click.testing import CliRunner
 
 from features.refresh import nightly
+from rcalab.cli import cli
 
 HOSTILE = "x\"' as double); drop table spans; copy (select 1) to '{out}' (--"
 
@@ -52,3 +55,25 @@ def test_hostile_csv_headers_and_cells_in_a_nezha_dump(tmp_path):
     names, metrics = tables(db)
     assert "spans" in names and not escaped.exists()
     assert metrics == [(hostile,)]
+
+
+OBEYED = "\x1b]0;owned\x07\x1b[6n\u202e"  # set the window title, make the terminal type a reply, reverse the text
+
+
+def test_names_a_terminal_would_obey_are_shown_escaped_by_every_command(replay_store, replay, tmp_path):
+    db = tmp_path / "store.duckdb"
+    shutil.copy(replay_store[0], db)
+    con = duckdb.connect(str(db))
+    for table, column in con.execute("select table_name, column_name from information_schema.columns "
+                                     "where data_type = 'VARCHAR' and table_name != 'manifest'").fetchall():
+        con.execute(f'update "{table}" set "{column}" = replace("{column}", ?, ?)',
+                    ["cartservice", f"cart{OBEYED}service"])
+    con.close()
+    runner = CliRunner()
+    digest = runner.invoke(cli, ["digest", "--db", str(db), "--input", str(replay / "input.json"),
+                                 "--uuid", "38ee3d45-82"])
+    detect = runner.invoke(cli, ["detect", "--db", str(db)])
+    for result in (digest, detect):
+        assert result.exit_code == 0, result.output
+        assert not {"\x1b", "\x07", "\u202e"} & set(result.output)
+    assert "cart\\x1b]0;owned\\x07\\x1b[6n\\u202eservice" in digest.output
