@@ -36,6 +36,7 @@ class Report:
     skipped: int = 0
     removed: int = 0  # files gone from the dump since the last run: their rows were dropped
     failed: list[tuple[str, str]] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # files some of whose rows no system can produce
     rows: int = 0
     feature_rows: dict[str, int] = field(default_factory=dict)
     rows_by_kind: dict[str, int] = field(default_factory=dict)
@@ -90,7 +91,7 @@ def _run(con, adapter, dump: Path, progress) -> Report:
             progress(i, file.path.name)
         started = time.perf_counter()
         try:
-            rows = _load(con, adapter, file, prev)
+            rows, left_out = _load(con, adapter, file, prev)
         except (duckdb.Error, ValueError, LoadError) as e:
             _rollback(con)
             reason = str(e).splitlines()[0]
@@ -103,6 +104,8 @@ def _run(con, adapter, dump: Path, progress) -> Report:
             log.warning("%s: %s", file.path, reason)
             continue
         report.loaded.append(str(file.path))
+        if left_out:
+            report.left_out.append(str(file.path))
         report.rows += rows
         report.rows_by_kind[file.kind] = report.rows_by_kind.get(file.kind, 0) + rows
         report.seconds_by_kind[file.kind] = report.seconds_by_kind.get(file.kind, 0.0) + time.perf_counter() - started
@@ -164,12 +167,14 @@ def _record(con, file: InputFile, fid: int, rows: int, status: str, error: str) 
                 [fid, str(file.path), file.kind, rows, stat.st_size, stat.st_mtime, status, error or None])
 
 
-def _load(con, adapter, file: InputFile, prev) -> int:
-    """Load one file in one transaction; returns its row count."""
+def _load(con, adapter, file: InputFile, prev) -> tuple[int, bool]:
+    """Load one file in one transaction; returns its row count and whether rows no system can produce were left
+    out."""
     table = TABLES[file.kind]
     query = adapter.query(con, file)
     select, params = query.sql, query.params
     fid = _file_id(con, prev)
+    left_out: list[str] = []
     con.execute("begin")
     if file.kind in PLACEMENT_SOURCES:  # the days of the rows it replaces are refreshed too
         _mark_days(con, table, fid)
@@ -185,8 +190,13 @@ def _load(con, adapter, file: InputFile, prev) -> int:
                         select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid} as file_id,
                                k.level, s.trace_id, s.span_id, k.event
                         from staged s join masks k using (text) join log_masked m using (masked)""")
-    elif file.kind == "metric":  # NaN and infinite readings (real Nezha CSVs have them) carry no information
-        con.execute(f"insert into metric_points select *, {fid} from ({select}) where isfinite(value)", params)
+    elif file.kind in IMPOSSIBLE:
+        reasons = IMPOSSIBLE[file.kind]
+        counts, = con.execute(f"select {', '.join(f'count(*) filter ({p})' for p in reasons.values())} "
+                              f"from ({select})", params).fetchall()
+        left_out = [f"{reason} ({n:,})" for reason, n in zip(reasons, counts) if n]
+        con.execute(f"insert into {table} select *, {fid} from ({select}) "
+                    f"where not coalesce({' or '.join(reasons.values())}, false)", params)
     else:
         con.execute(f"insert into {table} select *, {fid} from ({select})", params)
     rows = con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchall()[0][0]
@@ -201,9 +211,11 @@ def _load(con, adapter, file: InputFile, prev) -> int:
             raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
         _mark_days(con, table, fid)
         _update_placement(con, file.kind, fid)
-    _record(con, file, fid, rows, "loaded", _rejected(con, file.path) if query.rejects else "")
+    said = [f"left out {', '.join(left_out)}; the rest loaded" if left_out else "",
+            _rejected(con, file.path) if query.rejects else ""]
+    _record(con, file, fid, rows, "loaded", "; ".join(filter(None, said)))
     con.execute("commit")
-    return rows
+    return rows, bool(left_out)
 
 
 def _rejected(con, path: Path) -> str:
@@ -218,6 +230,14 @@ def _rejected(con, path: Path) -> str:
     return f"{len(lines)} malformed rows left out (lines {shown}); the rest loaded"
 
 
+# Rows no system can produce, by reason: left out at load and counted in the manifest, so that one such row
+# changes no answer and fails no day's features (a span of 2^63 us overflowed their sums).
+IMPOSSIBLE = {
+    "metric": {"readings that are not finite numbers": "value is null or not isfinite(value)",
+               "readings of 1e18 or more in size": "abs(value) >= 1e18"},
+    "trace": {"spans of negative duration": "duration_us < 0",
+              "spans over a day long": f"duration_us > {24 * 3600 * 10**6}"},
+}
 FIRST_DAY = dt.date(2000, 1, 1)  # a time before it, or over a year ahead, is a broken clock or a bad parse
 PLACEMENT_SOURCES = {
     "metric": "select component as pod, service, node, ts, file_id from metric_points where component_kind = 'pod'",

@@ -300,6 +300,9 @@ def etl(dump, db, fmt):
                f"{report.removed} gone from the dump (rows dropped) -> {db}")
     if report.feature_rows:
         echo("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()))
+    if report.left_out:
+        echo(f"left out rows no system can produce (NaN, negative or day-long spans, ...) from {len(report.left_out)} "
+             f"files, e.g. {report.left_out[0]}; the manifest says how many of each, file by file", err=True)
     for path, reason in report.failed:
         echo(f"failed: {path}: {reason}", err=True)
     if report.partial:
@@ -456,7 +459,7 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, 
     With no endpoint configured (RCALAB_LLM_BASE_URL or the config file) the embedded
     model is started for the run and stopped after it. Where the model fails, the ranking's
     answer is written and the transcript says `fallback`. Exit status 2 when a case has no
-    answer or fell back.
+    answer, fell back, or was answered from a window whose features were not computed.
 
     Example: rcalab diagnose --db store.duckdb --input out/input.json --out answers.jsonl
     """
@@ -491,8 +494,10 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, 
         echo(f"fallback: {uuid}: {why}", err=True)
     for uuid, why in report.failed:
         echo(f"unanswered: {uuid}: {why}", err=True)
-    if report.failed or report.fallback:
-        raise SystemExit(2)  # some cases have no answer, or the ranking's answer stands where the model failed
+    for uuid, why in report.incomplete:
+        echo(f"incomplete: {uuid}: {why}", err=True)
+    if report.failed or report.fallback or report.incomplete:
+        raise SystemExit(2)  # a case has no answer, the model failed, or the evidence was incomplete
 
 
 @cli.command()

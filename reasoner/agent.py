@@ -141,7 +141,7 @@ def check_answer(step: dict, options: dict, top: str, contradicted: set[str], le
 def standing(digest) -> dict:
     """What a transcript says of the ranking: the candidates, and whether the top one stands out."""
     return {"candidates": [c.component for c in digest.candidates], "confidence": digest.confidence,
-            "clear": digest.clear}
+            "clear": digest.clear, "features_missing": digest.unready}
 
 
 def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:

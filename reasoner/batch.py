@@ -30,6 +30,7 @@ class BatchReport:
     answered: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # no answer at all (no candidates)
     fallback: list[tuple[str, str]] = field(default_factory=list)  # the model failed; the ranking's answer stands
+    incomplete: list[tuple[str, str]] = field(default_factory=list)  # answered from a window lacking features
     skipped: int = 0
 
 
@@ -132,6 +133,9 @@ def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, tim
         else:
             outcome = diagnose(chat, cursor, q, model=model, max_tools=max_tools, time_limit=time_limit)
         log.write(outcome.transcript)
+        if outcome.transcript["features_missing"]:
+            report.incomplete.append((q.uuid, f"the features of {', '.join(outcome.transcript['features_missing'])} "
+                                              "were not computed; run 'rcalab etl' on the dump again"))
         if outcome.answer:
             out.write(outcome.answer)
             report.answered += 1

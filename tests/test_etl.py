@@ -249,3 +249,40 @@ def test_error_lines_are_counted_per_template_minute(loaded):
     (errors, lines), = q(db, """select sum(m.errors), sum(m.lines) from log_template_minute m join log_templates t
                                 using (template_id) where t.template like 'request %'""")
     assert 0 < errors < lines  # the frontend's error and debug "request complete" lines share one template
+
+
+def test_spans_that_cannot_be_are_left_out_counted_and_change_no_answer(dump_copy, replay_store, replay, tmp_path):
+    for path in sorted((dump_copy / DAY / "trace-parquet").glob("*.parquet")):
+        table = pq.read_table(path)
+        column = table.schema.get_field_index("duration")
+        fifth = table.slice(0, table.num_rows // 5)  # new spans lasting -123 s, and one lasting 2^63 us
+        absurd = fifth.set_column(column, "duration", pa.array([-123_000_000] * (fifth.num_rows - 1) + [2**63 - 1]))
+        pq.write_table(pa.concat_tables([table, absurd]), path)
+    db = tmp_path / "s.duckdb"
+    report = nightly(dump_copy, db)
+    assert not report.failed
+    said = dict(q(db, "select path, error from manifest where kind = 'trace' and path like ?", [f"%{DAY}_05-%"]))
+    assert list(said.values())[0].startswith("left out ") and "spans of negative duration" in list(said.values())[0]
+    assert "spans over a day long (1)" in list(said.values())[0]
+    (spans,), = q(db, "select count(*) from spans where duration_us < 0 or duration_us > 86400e6")
+    assert spans == 0 and not q(db, "select * from dirty_days")
+    clean, dirty = tmp_path / "clean.jsonl", tmp_path / "dirty.jsonl"
+    for store_path, answers in ((replay_store[0], clean), (db, dirty)):
+        result = CliRunner().invoke(cli, ["diagnose", "--agent", "rank", "--db", str(store_path),
+                                          "--input", str(replay / "input.json"), "--out", str(answers)])
+        assert result.exit_code == 0, result.output
+    assert dirty.read_text() == clean.read_text()
+
+
+def test_a_case_whose_window_lacks_features_says_so_and_exits_2(replay_store, replay, tmp_path):
+    db = tmp_path / "s.duckdb"
+    shutil.copy(replay_store[0], db)
+    con = duckdb.connect(str(db))
+    con.execute("insert into dirty_days select distinct ts::date from spans")  # as after a failed refresh
+    con.close()
+    answers = tmp_path / "a.jsonl"
+    result = CliRunner().invoke(cli, ["diagnose", "--agent", "rank", "--db", str(db), "--input",
+                                      str(replay / "input.json"), "--out", str(answers), "--limit", "1"])
+    assert result.exit_code == 2 and "incomplete: " in result.output and "were not computed" in result.output
+    transcript = json.loads((tmp_path / "a.transcripts.jsonl").read_text())
+    assert transcript["features_missing"] and answers.read_text()
