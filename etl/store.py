@@ -65,6 +65,8 @@ MIGRATIONS = [
     create table event_pair_minute (minute timestamp, service text, a text, b text, pairs bigint);
     update manifest set mtime = -1 where kind = 'log';  -- the next run reloads logs with their spans and events
     """),
+    ("spans of logging operations that logged nothing, in event paths",
+     "insert or ignore into dirty_days select distinct ts::date from log_lines where span_id is not null;"),
 ]
 
 # One line per table for `rcalab schema`.

@@ -15,19 +15,21 @@ FRONT = ["F.c.FrontController#10", "F.c.FrontController#20"]
 ORDER = ["o.s.OrderServiceImpl#5", "o.s.OrderServiceImpl#7", "o.s.OrderServiceImpl#9"]
 
 
-def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fault=None):
+def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fault=None, asks_order=True):
     """Four traces a minute: front's span calls order's; each logs its code positions in order. In the window,
-    `*_fault` replaces a service's positions."""
+    `*_fault` replaces a service's positions, and front calls order only if it `asks_order`."""
     spans, lines = [], []
     for i in range(MINUTES):
         for k in range(4):
             trace, ts = f"t{i}-{k}", T0 + dt.timedelta(minutes=i, seconds=k * 10)
             for depth, (service, positions, fault) in enumerate((("front", front, front_fault),
                                                                  ("order", order, order_fault))):
+                if depth and during(i) and not asks_order:
+                    continue
                 span = f"{trace}-{depth}"
                 spans.append((trace, span, f"{trace}-0" if depth else None, ts, 50_000 - depth * 10_000, service,
                               f"{service}-0", "node-1", "op", None, None, 1))
-                for j, position in enumerate(fault if fault and during(i) else positions):
+                for j, position in enumerate(fault if fault is not None and during(i) else positions):
                     at = ts + dt.timedelta(milliseconds=1 + depth * 5 + j)
                     lines.append((at, f"{service}-0", service, "node-1", 1, f"12:00:00.000 INFO {position} did",
                                   1, "INFO", trace, span, position))
@@ -69,6 +71,19 @@ def test_a_caller_whose_path_changes_with_its_callee_s_is_an_echo(tiny):
     assert not found["order"].echo
     assert found["front"].echo and "its callees order changed too" in found["front"].text
     assert digest(con).candidates[0].component == "order"
+
+
+def test_a_path_that_vanishes_is_found_where_the_service_still_serves(tiny):
+    con = logged_traces(tiny, order_fault=[])  # an exception before the first line: order's spans log nothing
+    found = events.collect(con, window())
+    assert [(i.component, i.key, i.echo) for i in found] == [("order", "op start_o.s.OrderServiceImpl#5", False)]
+    assert "now 0%" in found[0].text and "now by 'op end'" in found[0].text
+    assert digest(con).candidates[0].component == "order"
+
+
+def test_a_path_that_vanished_because_its_caller_stopped_asking_is_not_the_callee_s(tiny):
+    con = logged_traces(tiny, asks_order=False)
+    assert "order" not in {i.component for i in events.collect(con, window())}
 
 
 def test_paths_that_hold_are_no_evidence(tiny):
