@@ -33,6 +33,7 @@ DETECT_RANDOM = 12  # random cases a detection benchmark replays: half a day, a 
 # quiet hour holds too few traces and failing calls for the observations a real dump shows.
 REPLAY_SCALE = 0.1
 FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
+ON_TIME = dt.timedelta(minutes=5)  # an operator's patience: an incident that starts this soon after its fault
 
 _CHILD = """
 import json, resource, sys, time
@@ -180,7 +181,14 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
         delays = [min((max(i.start - a, dt.timedelta(0)) for i in found if i.start <= b and a <= i.end),
                       default=None) for a, b in faults]
         caught = [d for d in delays if d is not None and d <= FOUND_WITHIN]
+        on_time = [d for d in delays if d is not None and d <= ON_TIME]
         true_incidents = sum(any(i.start <= b and a <= i.end for a, b in faults) for i in found)
+        # As the nightly flow meets a fault: an incident over it, diagnosed by the rank agent, names its component.
+        named = [(i, answer(con, i)) for i in found]
+        found_and_named = sum(
+            any(i.start <= q.end and q.start <= i.end and top is not None
+                and hit(top, names(rows[q.uuid]), rows[q.uuid]["instance_type"] == "node") for i, top in named)
+            for q in questions)
         fault_conf, quiet_conf = [], []
         for q in questions:
             d = build_digest(con, q)
@@ -198,11 +206,19 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
     right = [c for c, ok in fault_conf if ok and c is not None]
     return {"faults": len(faults), "incidents": len(found), "recall": round(len(caught) / len(faults), 3),
             "precision": round(true_incidents / len(found), 3) if found else None,
+            "found_and_named": round(found_and_named / len(faults), 3),
+            "on_time": round(len(on_time) / len(faults), 3),
             "median_delay_minutes": round(statistics.median(d.total_seconds() / 60 for d in caught), 1) if caught else None,
             "detect_seconds": round(seconds, 1), "confidence_auroc": round(auroc, 3) if auroc is not None else None,
             "quiet_windows": len(quiet),
             "no_clear_on_quiet": round(sum(not detect.clear(c) for c in quiet) / len(quiet), 3) if quiet else None,
             "no_clear_on_right": round(sum(not detect.clear(c) for c in right) / len(right), 3) if right else None}
+
+
+def answer(con, incident: detect.Incident) -> str | None:
+    """The component the rank agent names for a detected incident (as `diagnose` answers `detect --out`)."""
+    d = build_digest(con, Question("detected", incident.start, incident.end, ""))
+    return d.candidates[0].component if d.candidates else None
 
 
 def quiet_windows(faults: list, lengths: list[dt.timedelta], lo: dt.datetime, hi: dt.datetime) -> list[Window]:

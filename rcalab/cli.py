@@ -248,7 +248,8 @@ def diagnose_table(result: dict) -> Table:
 
 def detect_table(result: dict) -> Table:
     table = Table(title="rcalab bench detect")
-    columns = ("faults", "incidents", "recall", "precision", "median_delay_minutes", "detect_seconds",
+    columns = ("faults", "incidents", "recall", "precision", "found_and_named", "on_time", "median_delay_minutes",
+               "detect_seconds",
                "confidence_auroc", "no_clear_on_quiet", "no_clear_on_right")
     table.add_column("set")
     for column in columns:
