@@ -19,7 +19,7 @@ from typing import Callable
 
 import duckdb
 
-from rcalab.errors import LoadError
+from rcalab.errors import LoadError, StoreError
 
 from . import store
 from .adapters import TABLES, InputFile, adapter_for
@@ -92,8 +92,15 @@ def _run(con, adapter, dump: Path, progress) -> Report:
         started = time.perf_counter()
         try:
             rows, left_out = _load(con, adapter, file, prev)
+        except duckdb.InterruptException:  # a Ctrl-C inside a query: the file is left as it was, the run ends
+            _rollback(con)
+            raise
         except (duckdb.Error, ValueError, LoadError) as e:
             _rollback(con)
+            if isinstance(e, duckdb.Error) and store.unwritable(e):  # the store's disk, not the file: stop here
+                raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]}); the {len(report.loaded)} "
+                                 "files loaded before are kept; run the same command again once that is mended") \
+                    from None
             reason = str(e).splitlines()[0]
             fid = _file_id(con, prev)
             kept = con.execute(f"select count(*) from {TABLES[file.kind]} where file_id = ?", [fid]).fetchall()[0][0]

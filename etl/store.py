@@ -104,6 +104,12 @@ def damaged(path: Path | str, why: str) -> StoreError:
     return StoreError(f"the store {path} is damaged: {why}; rebuild it with 'rcalab etl DUMP --db NEW'")
 
 
+def unwritable(e: duckdb.Error) -> bool:
+    """Whether DuckDB failed because the store's file system refused a write (full, read-only): the store is
+    whole, and nothing more can be loaded into it until that is mended."""
+    return any(cause in str(e) for cause in ("No space left", "Read-only file system", "Disk quota exceeded"))
+
+
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) a store and bring its schema up to date. A store cut short (a copy or a disk
     that stopped half way) is refused as damaged before anything reads or writes it; a file of another kind is

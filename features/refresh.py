@@ -38,6 +38,8 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, report: Report,
             progress(i, f"features of {day}")
         try:
             refreshed = refresh_day(con, day)
+        except duckdb.InterruptException:  # a Ctrl-C: the day stays marked for the next run
+            raise
         except (duckdb.Error, ValueError) as e:
             report.failed.append((f"features of {day}", str(e).splitlines()[0]))
             log.warning("features of %s: %s", day, e)

@@ -37,8 +37,9 @@ def failure(message: str, exit_code: int = 1) -> click.ClickException:
 
 
 def reports_errors(command):
-    """Turn rcalab's own errors into one line on stderr and exit status 1; a store that fails a read is damaged;
-    anything else is a bug: one line naming the file that holds its traceback, to report with."""
+    """Turn rcalab's own errors into one line on stderr and their exit status; a file system or store that cannot
+    be written says so, a store that fails a read is damaged; anything else is a bug: one line naming the file
+    that holds its traceback, to report with."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -48,20 +49,34 @@ def reports_errors(command):
             return command(*args, **kwargs)
         except RcalabError as e:
             raise failure(str(e), e.exit_code) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, duckdb.InterruptException):  # DuckDB turns a Ctrl-C inside a query into the latter
             echo("Interrupted: what was done is kept (each file and each answer is whole); "
-                       "run the same command again to go on.", err=True)
+                 "run the same command again to go on.", err=True)
             raise SystemExit(130) from None
-        except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException) as e:
-            raise failure(f"a store is damaged: {str(e).splitlines()[0]}; rebuild it with 'rcalab etl DUMP --db NEW'") \
-                from None
-        except Exception as e:  # a bug: the user gets one line and the file that holds the traceback
-            with tempfile.NamedTemporaryFile("w", prefix="rcalab-error-", suffix=".txt", delete=False) as f:
-                traceback.print_exc(file=f)
-            raise failure(f"unexpected error ({type(e).__name__}: {str(e)[:200]}); please report it with {f.name}") \
-                from None
+        except OSError as e:  # the file system refused: full, read-only, not allowed
+            raise failure(f"{e.filename or 'an output'}: {e.strerror or e}; what was done before is kept; "
+                          "run the same command again once that is mended") from None
+        except duckdb.Error as e:
+            from etl.store import unwritable
+
+            first = str(e).splitlines()[0]
+            if unwritable(e):
+                raise failure(f"the store cannot be written ({first}); what was committed before is kept; run the "
+                              "same command again once that is mended") from None
+            if isinstance(e, (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException)):
+                raise failure(f"a store is damaged: {first}; rebuild it with 'rcalab etl DUMP --db NEW'") from None
+            raise bug(e) from None
+        except Exception as e:
+            raise bug(e) from None
 
     return wrapper
+
+
+def bug(e: Exception) -> click.ClickException:
+    """A bug: the user gets one line and the file that holds the traceback."""
+    with tempfile.NamedTemporaryFile("w", prefix="rcalab-error-", suffix=".txt", delete=False) as f:
+        traceback.print_exc(file=f)
+    return failure(f"unexpected error ({type(e).__name__}: {str(e)[:200]}); please report it with {f.name}")
 
 
 @click.group()
@@ -380,7 +395,7 @@ def detect(db, day, from_, to, out, given):
     known = span(con)
     if known is None:
         raise RcalabError(f"{db}: the store holds no metrics; load a dump with 'rcalab etl DUMP --db {db}'")
-    lo, hi = (day, day + dt.timedelta(days=1)) if day else (from_ or known[0], to or known[1])
+    lo, hi = (day, day + min(dt.timedelta(days=1), dt.datetime.max - day)) if day else (from_ or known[0], to or known[1])
     lo, hi = max(lo, known[0]), min(hi, known[1])
     if hi <= lo:
         raise RcalabError(f"{db}: holds {known[0]:%Y-%m-%d %H:%M} to {known[1]:%Y-%m-%d %H:%M} UTC, nothing in the "
@@ -407,6 +422,7 @@ def detect(db, day, from_, to, out, given):
     Console().print(table)
     if out:
         check_output(out, db, b"[", "a questions file (a JSON list)")
+        out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(json.dumps(as_questions(found), indent=1) + "\n")
         tmp.replace(out)

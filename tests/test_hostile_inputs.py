@@ -276,3 +276,55 @@ def test_a_store_path_naming_a_file_of_another_kind_is_refused_and_kept(replay, 
     parquet.write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
     one_line_error(invoke("etl", replay, "--db", parquet), "is not a DuckDB store")
     assert parquet.read_bytes() == b"PAR1" + b"\x00" * 64 + b"PAR1"
+
+
+# --- the file system refuses, and odd requests: one line that says what was kept -----------------------
+
+def test_a_store_whose_disk_is_full_stops_the_load_in_one_line_keeping_what_loaded(replay, tmp_path, monkeypatch):
+    from etl import loader
+
+    real, calls = loader._load, []
+
+    def full_after_two(*args):
+        calls.append(1)
+        if len(calls) > 2:
+            raise duckdb.TransactionException('Failed to commit: Could not write file "s.duckdb.wal": '
+                                              "No space left on device\nmore text")
+        return real(*args)
+
+    monkeypatch.setattr(loader, "_load", full_after_two)
+    result = invoke("etl", replay, "--db", tmp_path / "s.duckdb")
+    one_line_error(result, "the store cannot be written", "No space left on device", "the 2 files loaded before are kept")
+    assert len(calls) == 3  # the run stopped at the first refusal
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), OSError(30, "Read-only file system")])
+def test_outputs_the_file_system_refuses_are_one_line(replay_store, replay, tmp_path, monkeypatch, error):
+    def refuse(path, *args, **kwargs):
+        raise type(error)(error.errno, error.strerror, str(path))
+
+    monkeypatch.setattr("pathlib.Path.write_text", refuse)
+    for args in (["detect", "--db", replay_store[0], "--out", tmp_path / "d.json"],
+                 ["judge", "--truth", replay / "groundtruth.jsonl", "--answers", replay / "groundtruth.jsonl",
+                  "--report", tmp_path / "report"]):
+        result = invoke(*args)  # detect prints its table first; the error is the last line
+        assert result.exit_code == 1 and "Traceback" not in result.output
+        last = result.output.splitlines()[-1]
+        assert last.startswith("Error: ") and error.strerror in last and "what was done before is kept" in last
+
+
+def test_detect_makes_the_folder_of_its_output_and_takes_any_day(replay_store, tmp_path):
+    result = invoke("detect", "--db", replay_store[0], "--out", tmp_path / "new" / "folder" / "d.json")
+    assert result.exit_code == 0 and (tmp_path / "new" / "folder" / "d.json").exists()
+    one_line_error(invoke("detect", "--db", replay_store[0], "--day", "9999-12-31"), "nothing in the asked time")
+
+
+def test_a_ctrl_c_inside_a_commit_is_an_interruption_not_a_bug(replay, tmp_path, monkeypatch):
+    from etl import loader
+
+    def interrupted(*args):
+        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    monkeypatch.setattr(loader, "_load", interrupted)
+    result = invoke("etl", replay, "--db", tmp_path / "s.duckdb")
+    assert result.exit_code == 130 and result.output.startswith("Interrupted: what was done is kept")
