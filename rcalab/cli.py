@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import tempfile
 import traceback
 from contextlib import contextmanager
@@ -18,6 +19,16 @@ from rich.table import Table
 from rcalab.errors import RcalabError, check_output, shown
 
 console = Console(stderr=True)
+
+
+class _Shown(logging.Formatter):
+    """A warning names a dump's file: shown, never obeyed, as every other console line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return shown(super().format(record))
+
+
+logging.lastResort.setFormatter(_Shown())  # warnings reach stderr through it where no handler is set
 
 
 def echo(text: str, err: bool = False) -> None:

@@ -3,6 +3,8 @@ as bound parameters or quoted identifiers, never as SQL, and a terminal as text,
 
 import datetime as dt
 import shutil
+import subprocess
+import sys
 
 import duckdb
 import pyarrow as pa
@@ -77,3 +79,13 @@ def test_names_a_terminal_would_obey_are_shown_escaped_by_every_command(replay_s
         assert result.exit_code == 0, result.output
         assert not {"\x1b", "\x07", "\u202e"} & set(result.output)
     assert "cart\\x1b]0;owned\\x07\\x1b[6n\\u202eservice" in digest.output
+
+
+def test_a_file_name_a_terminal_would_obey_is_shown_escaped_when_it_fails(tmp_path):
+    folder = tmp_path / "dump" / "2025-06-06" / "metric-parquet" / "infra" / "infra_pod"
+    folder.mkdir(parents=True)
+    (folder / f"infra_pod_cpu{OBEYED}_2025-06-06.parquet").write_bytes(b"not parquet")
+    result = subprocess.run([sys.executable, "-m", "rcalab", "etl", str(tmp_path / "dump"), "--db",
+                             str(tmp_path / "s.duckdb")], capture_output=True, text=True)  # its own logging
+    assert result.returncode == 2 and "cpu\\x1b]0;owned" in result.stderr
+    assert not {"\x1b", "\x07", "\u202e"} & set(result.stdout + result.stderr)
