@@ -6,14 +6,17 @@
    caller's side) count little. A family whose evidence is everywhere in this window (metrics
    on a noisy day) says less about any one component than a family that singles one out, so
    each family's scores shrink with the number of components it flags beyond `SPECIFIC`.
-3. Level: one anomalous replica of a service is the pod; two or more are the service.
+3. Level: one replica of a service that carries the fault is the pod; two or more are the service. A
+   replica far weaker than its strongest sibling (a tenth of its errors, the load it took over) echoes it.
 4. The graph: latency and errors travel up the call graph (to callers), traffic falls down it
    (a failing caller stops calling), resource signals (CPU, memory, disk, a stopped process, a
    slow network link, where errors start) stay where they are. So a unit keeps its local
    signals, but little of its latency and errors when a dependency (what it calls, within two
    calls, and its node when that node hosts anomalous pods of two or more services) is
    anomalous, and little of a traffic change when a caller is, or when the load fell where it comes
-   in (a service that calls and that nothing calls). A unit with no local signal at
+   in (a service that calls and that nothing calls). A caller whose callees lost their traffic stopped
+   calling them, unless a callee is down itself (its processes stopped, it says it is not up): then
+   no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A unit with no local signal at
    all is an echo of something, seen or not. The deepest anomalous unit with healthy
    dependencies ranks first.
 """
@@ -33,7 +36,9 @@ ECHO_WEIGHT = 0.3
 EXPLAINED = 0.2  # what is left of a propagating signal that an anomalous dependency explains
 UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
+LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it is not up is down
 ANOMALOUS = 0.2
+CARRIES = 0.5  # a replica whose own anomaly is at least this share of the strongest replica's carries the fault
 SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
 MAX_EVIDENCE = 4
 
@@ -83,9 +88,15 @@ def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str,
     return {u for u, its in units.items() if service_of.get(u, u) in entry and any(fell(it) for it in its)}
 
 
+def down(items: list[Item]) -> bool:
+    """Whether a unit's own liveness broke: its processes stopped, or it says it is not up (a restart)."""
+    return any(it.signal in LIVENESS and (it.fell or it.kind == "silence") and not it.echo for it in items)
+
+
 def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str, Item]]:
     """A caller that still serves but whose callees lost their traffic stopped calling them (an exception
-    or a wrong return before the call): the callees' falls are evidence for the caller."""
+    or a wrong return before the call): the callees' falls are evidence for the caller, unless the callee
+    is down itself (then no call could reach it, and its fall is its own)."""
     calls = call_edges(g)
     found = []
     for caller in {a for a, _ in calls}:
@@ -93,7 +104,7 @@ def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str
             continue  # its own traffic fell too: its callers stopped calling it, or it is gone
         callees = [b for a, b in calls if a == caller]
         falls = [(max(it.score for it in units[b] if fell(it)), b) for b in callees
-                 if any(fell(it) for it in units.get(b, []))]
+                 if any(fell(it) for it in units.get(b, [])) and not down(units[b])]
         if falls:
             score = max(s for s, _ in falls) * len(falls) / len(callees)
             names = ", ".join(sorted(b for _, b in falls))
@@ -126,11 +137,15 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         else:
             units[comp] += its
             level[comp] = "pod" if service else "service"
-    # Level: one anomalous replica is the pod; two or more, the service.
+    # Level: one replica that carries the fault is the pod; two or more, the service. A replica carries it when
+    # its own anomaly is of the strongest replica's order: siblings that took over a sick pod's load, with its
+    # retries' few errors, echo it.
     for service, pods in pods_of.items():
         if len(pods) < 2:
             continue
-        hit = [p for p in pods if p in units and own(units[p]) >= ANOMALOUS]
+        owns = {p: own(units[p]) for p in pods if p in units}
+        strongest = max(owns.values(), default=0.0)
+        hit = [p for p, o in owns.items() if o >= ANOMALOUS and o >= CARRIES * strongest]
         if len(hit) == 1:
             units[hit[0]] += units.pop(service, [])
         elif len(hit) >= 2:

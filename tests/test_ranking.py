@@ -1,6 +1,6 @@
 """Evidence families and the ranker on tiny stores built by hand: a silent pod, a TiDB part behind
-its caller, an exception logged by the callee and echoed by its callers, a vanished template, a
-slow link."""
+its caller, a storage part that restarts behind the SQL layer, an exception logged by the callee and
+echoed by its callers, a vanished template, a slow link."""
 
 import datetime as dt
 import math
@@ -223,6 +223,38 @@ def test_a_caller_that_stops_calling_outranks_the_callees_that_go_quiet(tiny):
     d = digest(tiny.done())
     assert d.candidates[0].component == "checkout"
     assert "calls from checkout went missing" in d.text
+
+
+def test_one_replica_that_carries_the_fault_is_the_pod_while_its_siblings_take_over_its_load(tiny):
+    for i in range(3):
+        pod = f"cart-{i}"
+        tiny.place(pod, "cart")
+        tiny.series(pod, "server_error", 5.0, service="cart", source="apm", fault=800.0 if i == 0 else 9.0)
+        tiny.series(pod, "request", 1100.0, service="cart", source="apm", fault=400.0 if i == 0 else 1400.0)
+    tiny.log("cart-0", "cart", "ERROR dial tcp: lookup redis on 10.0.0.10: no such host", 2, only_window=True)
+    top = digest(tiny.done()).candidates[0]
+    assert (top.component, top.level) == ("cart-0", "pod")
+
+
+def test_replicas_that_all_carry_the_fault_are_the_service(tiny):
+    for i in range(3):
+        pod = f"cart-{i}"
+        tiny.place(pod, "cart")
+        tiny.series(pod, "server_error", 0.02, service="cart", source="apm", fault=500.0 + 200 * i)
+    top = digest(tiny.done()).candidates[0]
+    assert (top.component, top.level) == ("cart", "service")
+
+
+def test_a_storage_part_that_restarts_outranks_the_sql_layer_whose_errors_echo_it(tiny):
+    tiny.series("tidb-tidb", "qps", 150.0, kind="tidb", service="tidb-tidb", source="tidb")
+    tiny.series("tidb-tidb", "failed_query_ops", 0.01, kind="tidb", service="tidb-tidb", source="tidb", fault=30.0)
+    tiny.log("tidb-tidb", "tidb-tidb", "ERROR tikv request failed: connection refused", 3, only_window=True)
+    for metric, value in (("server_is_up", 1.0), ("qps", 133.0), ("uptime", 5e4)):
+        tiny.series("tidb-tikv", metric, value, kind="tidb", service="tidb-tikv", source="tikv", fault=0.0)
+    d = digest(tiny.done())
+    assert d.candidates[0].component == "tidb-tikv"
+    sql = next(c for c in d.candidates if c.component == "tidb-tidb")
+    assert not any("went missing" in it.text for it in sql.found)  # a part that is down was not called less
 
 
 def test_when_the_load_falls_where_it_comes_in_no_caller_is_blamed_for_the_falls_below(tiny):
