@@ -104,10 +104,12 @@ def hit(component: str, truth: set[str], node_fault: bool) -> bool:
 
 
 def ranking(db: Path, input_json: Path, truth: Path) -> dict:
-    """Top-1 / top-3 overall and per fault type, and digest seconds, for every case of a store."""
+    """Top-1 / top-3 overall and per fault type, and digest seconds, for every case of a store. A hit names the
+    truth's service or one of its pods; top-1 exact names the very instance (the pod of a pod fault, the service
+    of a service fault), as the challenge's LA counts it."""
     rows = {r["uuid"]: r for r in map(json.loads, Path(truth).read_text().splitlines())}
     con = store.connect(db, read_only=True)
-    per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # cases, top-1, top-3, top-1 at its level
     seconds = []
     try:
         for q in load_questions(input_json):
@@ -120,14 +122,16 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
             counts[0] += 1
             counts[1] += any(found[:1])
             counts[2] += any(found[:3])
+            counts[3] += bool(digest.candidates) and digest.candidates[0].component in names(row)
     finally:
         con.close()
     n = sum(c[0] for c in per.values())
     return {"cases": n, "top1": round(sum(c[1] for c in per.values()) / n, 3),
             "top3": round(sum(c[2] for c in per.values()) / n, 3),
+            "top1_exact": round(sum(c[3] for c in per.values()) / n, 3),
             "digest_seconds_mean": round(sum(seconds) / n, 3), "digest_seconds_max": round(max(seconds), 3),
-            "per_type": {t: {"cases": c[0], "top1": round(c[1] / c[0], 3), "top3": round(c[2] / c[0], 3)}
-                         for t, c in sorted(per.items())}}
+            "per_type": {t: {"cases": c[0], "top1": round(c[1] / c[0], 3), "top3": round(c[2] / c[0], 3),
+                             "top1_exact": round(c[3] / c[0], 3)} for t, c in sorted(per.items())}}
 
 
 def labelled_stores(tmp: Path, schedules: dict[str, Path], real: list[Path], scale: float = REPLAY_SCALE,

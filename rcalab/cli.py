@@ -250,13 +250,14 @@ def rank_table(result: dict) -> Table:
     caption = "; ".join(f"{name}: digest {r['digest_seconds_mean']:.3f} s a case, {r['digest_seconds_max']:.3f} s at most"
                         for name, r in result.items())
     table = Table(title="rcalab bench rank", caption=caption)
-    for col in ("set", "fault type", "cases", "top-1", "top-3"):
+    for col in ("set", "fault type", "cases", "top-1", "top-3", "top-1 exact"):
         table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
     for name, r in result.items():
         for fault, t in r["per_type"].items():
-            table.add_row(cell(name), cell(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}")
+            table.add_row(cell(name), cell(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}",
+                          f"{t['top1_exact']:.2f}")
         table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
-                      f"[bold]{r['top3']:.3f}[/]", end_section=True)
+                      f"[bold]{r['top3']:.3f}[/]", f"[bold]{r['top1_exact']:.3f}[/]", end_section=True)
     return table
 
 
