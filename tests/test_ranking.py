@@ -245,6 +245,27 @@ def test_replicas_that_all_carry_the_fault_are_the_service(tiny):
     assert (top.component, top.level) == ("cart", "service")
 
 
+def test_a_spike_that_recurs_every_hour_is_routine_and_not_blamed(tiny):
+    """A batch job writes for six minutes at the half hour, every hour; in the window, the cart's CPU rises once."""
+    rows = []
+    for i in range(8 * 60):
+        ts = T0 + dt.timedelta(minutes=i)
+        noise = 1 + 0.03 * math.sin(i * 1.7)
+        rows.append((ts, "infra_pod", "batch-0", "pod", "batch", "node-1", "disk_write_bytes",
+                     (9e6 if 30 <= i % 60 < 36 else 1e6) * noise, 1))
+        rows.append((ts, "infra_pod", "cart-0", "pod", "cart", "node-1", "pod_cpu_usage",
+                     (0.6 if 6 * 60 + 30 <= i < 6 * 60 + 36 else 0.2) * noise, 1))
+    tiny.con.executemany("insert into metric_points values (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    for pod, service in (("batch-0", "batch"), ("cart-0", "cart")):
+        tiny.place(pod, service)
+    con = tiny.done()
+    d = build_digest(con, Question("case", T0 + dt.timedelta(hours=6, minutes=30), T0 + dt.timedelta(hours=6,
+                                                                                                  minutes=36), ""))
+    assert d.candidates[0].component == "cart"
+    batch = [it for c in d.candidates if c.component == "batch" for it in c.found if it.kind == "metric"]
+    assert batch and all("of its day's other hours" in it.text and it.score < 0.1 for it in batch)  # was 0.5
+
+
 def test_a_storage_part_that_restarts_outranks_the_sql_layer_whose_errors_echo_it(tiny):
     tiny.series("tidb-tidb", "qps", 150.0, kind="tidb", service="tidb-tidb", source="tidb")
     tiny.series("tidb-tidb", "failed_query_ops", 0.01, kind="tidb", service="tidb-tidb", source="tidb", fault=30.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
+from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, routine, rows, signal_of
 
 # A node's metric on a pod's row (Nezha writes NodeCpuUsageRate(%) beside each pod's own): it is
 # shared by every pod of the node, so it says nothing of the pod itself.
@@ -31,14 +31,18 @@ def collect(con, w: Window) -> list[Item]:
                    where ts >= ? and ts < ? group by all)
         select d.*, b.before from d left join b using (source, component, metric)
         order by d.z desc limit 400""", [w.start, w.end, Z_MIN, w.start - BASELINE, w.start - GAP])
-    return [item(m) for m in found if faulty_change(m["metric"], m["before"], m["during"])]
+    found = [m for m in found if faulty_change(m["metric"], m["before"], m["during"])]
+    usual = routine(con, w, [(m["source"], m["component"], m["metric"], m["before"], m["during"]) for m in found])
+    return [item(m, usual.get((m["source"], m["component"], m["metric"]), 0.0)) for m in found]
 
 
-def item(m: dict) -> Item:
+def item(m: dict, usual: float = 0.0) -> Item:
+    """`usual`: the share of the day's other hours in which the series moved as far (a routine's weighs less)."""
     z_score = math.log(min(m["z"], Z_FULL) / Z_MIN) / math.log(Z_FULL / Z_MIN)
     taken = headroom_taken(m["metric"], m["before"], m["during"])
     size = f"z {m['z']:.0f}" + (f", {taken:.0%} of its headroom" if taken > z_score else "")
-    return Item(m["component"], "metric", max(z_score, taken), m["metric"],
+    size += f", as in {usual:.0%} of its day's other hours" if usual else ""
+    return Item(m["component"], "metric", max(z_score, taken) * (1 - usual), m["metric"],
                 f"metric {m['metric']} of {m['component']}: {fmt(m['before'])} -> {fmt(m['during'])} ({size})",
                 signal_of(m["metric"]), bool(ECHO.search(m["metric"])) or shared(m["metric"], m["source"]),
                 (m["during"] or 0) < (m["before"] or 0))
