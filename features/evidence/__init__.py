@@ -104,41 +104,6 @@ def faulty_change(metric: str, before: float | None, during: float | None) -> bo
     return during > before * (MIN_RATIO if signal == "latency" else 1)
 
 
-# What recurs is routine: a series that rose (or fell) as far as in the window at other hours of its day is weighed
-# against them (the metric family, whose z knows only the hour before; a change point is sized against its day
-# already). Its day: this far around the window; the hour before and after the window are the fault's own.
-DAY_AROUND = dt.timedelta(hours=12)
-
-
-def routine(con: duckdb.DuckDBPyConnection, w: Window, series: list[tuple]) -> dict[tuple, float]:
-    """For (source, component, metric, before, during) series, the share of the other hours of the window's day
-    in which a change point took the series past halfway from `before` to `during`, the same way (the
-    `changepoints` table): 0 for a change seen only now, near 1 for a daily routine."""
-    series = [s for s in series if s[3] is not None and s[4] is not None and s[3] != s[4]]
-    if not series:
-        return {}
-    lo, hi = w.start - DAY_AROUND, w.end + DAY_AROUND
-    own_lo, own_hi = w.start - BASELINE, w.end + BASELINE
-    first, last = con.execute("select min(ts), max(ts) from metric_anomaly where ts >= ? and ts <= ?",
-                              [lo, hi]).fetchone()
-    if first is None:
-        return {}
-    other = ((max(own_lo, first) - first) + (last - min(own_hi, last))).total_seconds() / 3600
-    if other < 1:
-        return {}
-    source, component, metric, before, during = (list(x) for x in zip(*series))
-    found = con.execute("""
-        with s as (select unnest(?) as source, unnest(?) as component, unnest(?) as metric,
-                          unnest(?) as before, unnest(?) as during)
-        select s.source, s.component, s.metric, count(distinct date_trunc('hour', c.ts)) as hours
-        from s join changepoints c using (source, component, metric)
-        where c.ts >= ? and c.ts <= ? and (c.ts < ? or c.ts > ?)
-          and ((s.during > s.before and c.after > c.before and c.after >= (s.before + s.during) / 2)
-            or (s.during < s.before and c.after < c.before and c.after <= (s.before + s.during) / 2))
-        group by all""", [source, component, metric, before, during, lo, hi, own_lo, own_hi]).fetchall()
-    return {(src, comp, m): min(1.0, hours / other) for src, comp, m, hours in found}
-
-
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | dict) -> list[dict]:
     cur = con.execute(sql, params)
     names = [d[0] for d in cur.description]

@@ -3,16 +3,18 @@ low), with the median value before and during, from `metric_anomaly`."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 
-from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, routine, rows, signal_of
+from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
 
 # A node's metric on a pod's row (Nezha writes NodeCpuUsageRate(%) beside each pod's own): it is
 # shared by every pod of the node, so it says nothing of the pod itself.
 NODE_METRIC = re.compile(r"^node", re.I)
 
 Z_MIN = 3.0
+DAY_AROUND = dt.timedelta(hours=12)  # a window's day, for what recurs; the hour before and after are the fault's
 Z_FULL = 100.0  # a median z this high (the table's cap) scores 1; scores grow with log z
 
 # A percentage of a bounded resource (CPU, memory, disk): the share of its headroom a rise took is an effect
@@ -23,17 +25,45 @@ BOUNDED = {"cpu", "memory", "disk"}
 
 
 def collect(con, w: Window) -> list[Item]:
+    # What recurs is routine: a series that moved as far as in the window at other hours of its day (a change
+    # point past halfway from its level before to the window's, the same way) counts those hours. A change point's
+    # own family needs none of this: its shift is sized against the day already.
+    lo, hi, own_lo, own_hi = w.start - DAY_AROUND, w.end + DAY_AROUND, w.start - BASELINE, w.end + BASELINE
     found = rows(con, """
         with d as (select source, component, metric, median(abs(z)) as z, median(value) as during
-                   from metric_anomaly where ts >= ? and ts <= ? group by all having median(abs(z)) >= ?),
+                   from metric_anomaly where ts >= ? and ts <= ? group by all having median(abs(z)) >= ?
+                   order by z desc limit 400),
              b as (select source, component, metric, median(value) as before
                    from metric_anomaly semi join d using (source, component, metric)
-                   where ts >= ? and ts < ? group by all)
-        select d.*, b.before from d left join b using (source, component, metric)
-        order by d.z desc limit 400""", [w.start, w.end, Z_MIN, w.start - BASELINE, w.start - GAP])
-    found = [m for m in found if faulty_change(m["metric"], m["before"], m["during"])]
-    usual = routine(con, w, [(m["source"], m["component"], m["metric"], m["before"], m["during"]) for m in found])
-    return [item(m, usual.get((m["source"], m["component"], m["metric"]), 0.0)) for m in found]
+                   where ts >= ? and ts < ? group by all),
+             m as (select d.*, b.before from d left join b using (source, component, metric)),
+             r as (select m.source, m.component, m.metric, count(distinct date_trunc('hour', c.ts)) as hours
+                   from m join changepoints c using (source, component, metric)
+                   where c.ts >= ? and c.ts <= ? and (c.ts < ? or c.ts > ?)
+                     and ((m.during > m.before and c.after > c.before and c.after >= (m.before + m.during) / 2)
+                       or (m.during < m.before and c.after < c.before and c.after <= (m.before + m.during) / 2))
+                   group by all)
+        select m.*, coalesce(r.hours, 0) as hours from m left join r using (source, component, metric)
+        order by m.z desc""", [w.start, w.end, Z_MIN, w.start - BASELINE, w.start - GAP, lo, hi, own_lo, own_hi])
+    other = other_hours(con, lo, hi, own_lo, own_hi)
+    return [item(m, min(1.0, m["hours"] / other) if other >= 1 else 0.0) for m in found
+            if faulty_change(m["metric"], m["before"], m["during"])]
+
+
+_spans: dict[tuple, tuple] = {}  # the times a store's metric_anomaly covers, per file and load
+
+
+def other_hours(con, lo, hi, own_lo, own_hi) -> float:
+    """Hours of [lo, hi] the store holds outside [own_lo, own_hi]."""
+    key = con.execute("""select (select file from pragma_database_list where name = current_database()),
+                                (select max(loaded_at) from manifest)""").fetchone()
+    if key not in _spans:
+        _spans[key] = con.execute("select min(ts), max(ts) from metric_anomaly").fetchone()
+    first, last = _spans[key]
+    if first is None:
+        return 0.0
+    first, last = max(first, lo), min(last, hi)
+    return max(0.0, ((min(own_lo, last) - first) + (last - max(own_hi, first))).total_seconds() / 3600)
 
 
 def item(m: dict, usual: float = 0.0) -> Item:
