@@ -41,6 +41,13 @@ def cell(text: str) -> str:
     return escape(shown(text))
 
 
+def show(table: Table) -> None:
+    """A table on stdout whose names and headers wrap, whole, where the terminal is narrow (never cut with …)."""
+    for column in table.columns:
+        column.overflow = "fold"
+    Console().print(table)
+
+
 def failure(message: str, exit_code: int = 1) -> click.ClickException:
     error = click.ClickException(shown(message))
     error.exit_code = exit_code
@@ -223,7 +230,7 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
     for table in tables:
-        Console().print(table)
+        show(table)
     echo(f"saved {out / f'{what}.json'}")
 
 
@@ -422,16 +429,16 @@ def detect(db, day, from_, to, out, given):
         return [q for q in known_cases if q.start <= end and start <= q.end]
 
     table = Table(title=f"incidents {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC")
-    for column in ("start", "end", "score", "confidence", "components") + (("given",) if given else ()):
+    for column in ("window", "score", "confidence", "components") + (("given",) if given else ()):
         table.add_column(column)
     for i in found:
-        table.add_row(f"{i.start:%m-%d %H:%M}", f"{i.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
+        table.add_row(f"{i.start:%m-%d %H:%M}-{i.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
                       cell(", ".join(i.components[:3])),
                       *([cell(", ".join(q.uuid for q in overlapping(i.start, i.end)) or "none")] if given else []))
     for q in known_cases:
         if lo <= q.end and q.start <= hi and not any(i.start <= q.end and q.start <= i.end for i in found):
-            table.add_row(f"{q.start:%m-%d %H:%M}", f"{q.end:%H:%M}", "-", "-", "missed", cell(q.uuid))
-    Console().print(table)
+            table.add_row(f"{q.start:%m-%d %H:%M}-{q.end:%H:%M}", "-", "-", "missed", cell(q.uuid))
+    show(table)
     if out:
         check_output(out, db, b"[", "a questions file (a JSON list)")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -570,14 +577,13 @@ def judge(truth, answers, rules, report, as_json, db, input_):
         flat = {k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
         echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
     else:
-        table = Table(title=f"rcalab judge (rules: {rules})")
-        keys = ["final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"]
-        table.add_column("answers")
-        for k in keys:
-            table.add_column(k, justify="right")
-        for name, r in results.items():
-            table.add_row(cell(name), *[str(r["summary"][k]) for k in keys])
-        Console().print(table)
+        table = Table(title=f"rcalab judge (rules: {rules})")  # a column per answers file: names stay whole
+        table.add_column("measure")
+        for name in results:
+            table.add_column(cell(name), justify="right")
+        for k in ("final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"):
+            table.add_row(k, *[str(r["summary"][k]) for r in results.values()])
+        show(table)
         for name, r in results.items():
             t = r["transcripts"]
             if t:

@@ -66,3 +66,19 @@ def test_schedule_or_cases_required(tmp_path):
 def test_every_command_has_an_example():
     for name, command in cli.commands.items():
         assert "Example: rcalab " in (command.help or ""), name
+
+
+def test_tables_fit_80_columns_with_names_whole(replay, replay_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    runner = CliRunner()
+    answers = []
+    for agent in ("rank-agent-answers", "another-rank-agent-answers"):
+        out = tmp_path / "long-folder-name" / f"{agent}.jsonl"
+        assert runner.invoke(cli, ["diagnose", "--agent", "rank", "--db", str(replay_store[0]), "--input",
+                                   str(replay / "input.json"), "--out", str(out)]).exit_code == 0
+        answers += ["--answers", str(out)]
+    judged = runner.invoke(cli, ["judge", "--truth", str(replay / "groundtruth.jsonl"), *answers])
+    detected = runner.invoke(cli, ["detect", "--db", str(replay_store[0])])
+    for result in (judged, detected):
+        assert result.exit_code == 0 and "…" not in result.output
+        assert max(len(line) for line in result.output.splitlines() if line[:1] in "┏┃│└") <= 80
