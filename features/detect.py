@@ -35,7 +35,7 @@ from itertools import groupby
 import duckdb
 from scipy.stats import norm
 
-from .evidence import Window
+from .evidence import Window, store_file
 from .ranker import Candidate, rank_window
 
 STEP = dt.timedelta(minutes=5)  # the scan's stride
@@ -142,7 +142,7 @@ _seen: dict[tuple, Level] = {}  # levels of reference windows, per store file an
 
 
 def normal_around(con: duckdb.DuckDBPyConnection, w: Window) -> Normal | None:
-    name = con.execute("select file from pragma_database_list where name = current_database()").fetchone()[0]
+    name = store_file(con)
     scores = []
     for ref in references(con, w):
         key = (name, ref)

@@ -104,6 +104,11 @@ def faulty_change(metric: str, before: float | None, during: float | None) -> bo
     return during > before * (MIN_RATIO if signal == "latency" else 1)
 
 
+def store_file(con: duckdb.DuckDBPyConnection) -> str:
+    """The file of the store a connection reads: what caches of a store's figures are kept by."""
+    return con.execute("select file from pragma_database_list where name = current_database()").fetchone()[0]
+
+
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | dict) -> list[dict]:
     cur = con.execute(sql, params)
     names = [d[0] for d in cur.description]

@@ -7,7 +7,7 @@ import datetime as dt
 import math
 import re
 
-from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
+from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of, store_file
 
 # A node's metric on a pod's row (Nezha writes NodeCpuUsageRate(%) beside each pod's own): it is
 # shared by every pod of the node, so it says nothing of the pod itself.
@@ -55,8 +55,7 @@ _spans: dict[tuple, tuple] = {}  # the times a store's metric_anomaly covers, pe
 
 def other_hours(con, lo, hi, own_lo, own_hi) -> float:
     """Hours of [lo, hi] the store holds outside [own_lo, own_hi]."""
-    key = con.execute("""select (select file from pragma_database_list where name = current_database()),
-                                (select max(loaded_at) from manifest)""").fetchone()
+    key = (store_file(con), con.execute("select max(loaded_at) from manifest").fetchone()[0])
     if key not in _spans:
         _spans[key] = con.execute("select min(ts), max(ts) from metric_anomaly").fetchone()
     first, last = _spans[key]
