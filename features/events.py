@@ -38,12 +38,11 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
              pairs as (select trace_id, span_id, event as a,
                               lead(event) over (partition by trace_id, span_id order by part, ts, event) as b
                        from path)
-        select minute, service, a, b, sum(pairs) from (
-            select date_trunc('minute', s.ts) as minute, s.service, p.a, p.b, count(*) as pairs
-            from pairs p join s using (trace_id, span_id) where p.b is not null group by all
-            union all
-            select date_trunc('minute', ts), service, operation || ' start', operation || ' end', count(*)
-            from bare group by all) group by all""",
+        select date_trunc('minute', s.ts) as minute, s.service, p.a, p.b, count(*) as pairs
+        from pairs p join s using (trace_id, span_id) where p.b is not null group by all
+        union all  -- no pair of these is one of those: a span that logged has a line between its start and end
+        select date_trunc('minute', ts), service, operation || ' start', operation || ' end', count(*)
+        from bare group by all""",
                 [lo - LOG_SLACK, hi + LOG_SLACK, lo, hi])
     return con.execute("select count(*) from event_pair_minute where minute >= ? and minute < ?",
                        [lo, hi]).fetchall()[0][0]
