@@ -62,14 +62,14 @@ class LLMConfig:
         def number(env: str, key: str, default, kind, least):
             value = os.environ.get(env) or file.get(key, default)
             try:
-                number = kind(value)
+                parsed = kind(value)
             except (TypeError, ValueError, OverflowError):
-                number = None
-            if isinstance(value, bool) or number is None or not math.isfinite(number) or number < least:
+                parsed = None
+            if isinstance(value, bool) or parsed is None or not math.isfinite(parsed) or parsed < least:
                 wanted = "a whole number" if kind is int else "a number of seconds"
                 raise LLMError(f"{env} (or '{key}' in {path}): expected {wanted} of at least {least}, "
                                f"got {repr(value)[:40]}")
-            return number
+            return parsed
 
         return cls(
             base_url=base_url,
