@@ -110,11 +110,12 @@ def alarm(ranked: list[Candidate]) -> float:
 def level(con: duckdb.DuckDBPyConnection, w: Window) -> Level:
     if con.execute("select 1 from metric_points where ts >= ? and ts <= ? limit 1", [w.start, w.end]).fetchone() is None:
         return Level(w, None, None)
-    ranked, pods_of, _ = rank_window(con, w, limit=CANDIDATES)
+    ranking = rank_window(con, w, limit=CANDIDATES)
+    ranked = ranking.candidates
     if not ranked:
         return Level(w, 0.0, None)
     top = ranked[0].component
-    return Level(w, alarm(ranked), top, next((s for s, pods in pods_of.items() if top in pods), top))
+    return Level(w, alarm(ranked), top, next((s for s, pods in ranking.pods_of.items() if top in pods), top))
 
 
 def span(con: duckdb.DuckDBPyConnection) -> tuple[dt.datetime, dt.datetime] | None:

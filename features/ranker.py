@@ -193,7 +193,17 @@ def shown(evidence: list[Item], limit: int = MAX_EVIDENCE) -> list[Item]:
     return sorted((firsts + rest)[:limit], key=strength)
 
 
-def rank_window(con, w: Window, limit: int) -> tuple[list[Candidate], dict[str, set[str]], dict[str, str]]:
-    """A window of a store ranked: its candidates, the pods of each service and each pod's node."""
+@dataclass
+class Ranking:
+    """A window of a store ranked: its candidates, and what they were ranked from."""
+    candidates: list[Candidate]
+    items: list[Item]  # every family's evidence in the window
+    graph: nx.DiGraph
+    pods_of: dict[str, set[str]]  # the pods of each service
+    node_of: dict[str, str]  # each pod's node
+
+
+def rank_window(con, w: Window, limit: int) -> Ranking:
     pods_of, nodes, node_of = topology(con, w)
-    return rank(collect(con, w), dependency_graph(con, w), pods_of, nodes, limit), pods_of, node_of
+    items, g = collect(con, w), dependency_graph(con, w)
+    return Ranking(rank(items, g, pods_of, nodes, limit), items, g, pods_of, node_of)

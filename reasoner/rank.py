@@ -7,7 +7,10 @@ import re
 from collections.abc import Sequence
 
 from features.digest import Digest
-from features.evidence.logs import ERROR_WORDS
+from features.evidence import MIN_RATIO, fmt
+from features.evidence.logs import ERROR_WORDS, LEVELS, PLACEHOLDER
+from features.evidence.traces import ERROR_RISE
+from features.path import troubled, written
 
 REASON_WORDS = 40
 OBSERVATION_WORDS = 20
@@ -86,42 +89,124 @@ def failing(item) -> list[str]:
     return list(dict.fromkeys(w.strip("\"'.,:;()[]=").lower() for w in line.split() if ERROR_WORDS.search(w)))
 
 
+CODE = re.compile(r"code = (\w+)")
+CLAUSE = re.compile(r": |desc = ?|rpc error|code = ?\w*")
+JSON_TAIL = re.compile(r'",\s*"\w+":.*$')  # the rest of a JSON log record after its message
+
+
+def gist(item) -> str:
+    """A log item's line as an operator quotes it: what the caller was doing (its first clause), the status codes
+    it passed on, and the innermost error (its last clause), the way errors wrap one another ("could not retrieve
+    cart: Internal, Unavailable: no such host")."""
+    template = re.sub(r"\[[^\]]*\]", "", PLACEHOLDER.sub("", JSON_TAIL.sub("", item.line)))
+    head, _, rest = template.strip().partition(" ")
+    template = rest if LEVELS.match(head) else template  # a severity is no part of what failed
+    clauses = [c for c in (c.strip(" '\"") for c in CLAUSE.split(template)) if c]
+    parts = clauses[:1] + [", ".join(dict.fromkeys(CODE.findall(template)))] + clauses[1:][-1:]
+    return ": ".join(" ".join(p.split()) for p in parts if p)
+
+
+def _call(hop) -> str:
+    """The call of a hop into the next one, where it failed or slowed: "calls errors 0%->22%, p95 30->600 ms"."""
+    c = hop.call
+    if not troubled(c):
+        return ""
+    said = [f"errors {c['err_before']:.0%}->{c['err']:.0%}"] if c["err"] - c["err_before"] >= ERROR_RISE else []
+    if c["p95"] and c["p95_before"] and c["p95"] >= MIN_RATIO * c["p95_before"]:
+        said.append(f"p95 {fmt(c['p95_before'] / 1000)}->{fmt(c['p95'] / 1000)} ms")
+    return f"calls {', '.join(said)}"
+
+
+def _at(hop) -> str:
+    return f" from {hop.onset:%H:%M}" if hop.onset else ""
+
+
+def _moved(hop, cause: bool) -> str:
+    """What moved in a hop, in a few words: its strongest metric; for the cause its own trace evidence first (its
+    metrics and logs have steps of their own, its traces not, where a path is walked)."""
+    for kinds in ([("trace",)] if cause else []) + [("metric", "changepoint")]:
+        found = next((e for e in hop.items if e.kind in kinds and not (cause and e.echo)), None)
+        if found:
+            return brief(found)
+    return ""
+
+
+def path_steps(hops: list) -> list[dict]:
+    """The fault's way from the entry to the cause: the calls along it, what moved in each component and when it
+    started; then the error lines the components on the way logged, quoted."""
+    said = []
+    for h in hops:
+        moved = _moved(h, cause=h is hops[-1])
+        said.append(" ".join(x for x in (f"{h.component}{_at(h)}", moved, _call(h)) if x))
+    steps = [{"action": f"TraceAnalysis({written(hops)})",
+              "observation": words(f"{written(hops)}; " + "; ".join(said), OBSERVATION_WORDS)}]
+    logged = {h.component: list(dict.fromkeys(gist(e) for e in h.items if e.kind == "log" and failing(e)))
+              for h in hops[:-1]}
+    logged = {c: lines[:2] for c, lines in logged.items() if lines}
+    if logged:
+        steps.append({"action": f"LogSearch({', '.join(logged)})",
+                      "observation": words("; ".join(f"{c} logs " + ", ".join(f"'{x}'" for x in lines)
+                                                     for c, lines in logged.items()), OBSERVATION_WORDS)})
+    return steps
+
+
+def _metrics(items: list) -> list[str]:
+    """Each metric once, as it moved where it moved most, grouped by the number of pods it moved in, so that the
+    keys come first: "in 3 pods: pod_processes 2->0, response 1.8k->0", "error_ratio 0->50"."""
+    pods: dict[str, set[str]] = {}
+    first: dict[str, str] = {}
+    for e in items:
+        name = brief(e).split()[0]
+        pods.setdefault(name, set()).add(e.component)
+        first.setdefault(name, brief(e))
+    groups: dict[int, list[str]] = {}
+    for name, where in pods.items():
+        groups.setdefault(len(where), []).append(first[name])
+    return [(f"in {n} pods: " if n > 1 else "") + ", ".join(moves) for n, moves in groups.items()]
+
+
+def _logs(items: list) -> list[str]:
+    """Each failing word once, with the first component that logs it."""
+    heard: set[str] = set()
+    said = []
+    for e in items:
+        new = [w for w in failing(e) if w not in heard]
+        heard.update(new)
+        if new or not failing(e):
+            said.append(f"{e.component} logs {', '.join(new) or e.key}")
+    return said
+
+
 def evidence_steps(digest: Digest, component: str) -> list[dict]:
-    """How the answer was reached: the chosen component's evidence, one step per kind of analysis (metrics, logs,
-    traces), each naming what moved (its own items, and the lines of others that name it: a caller's log of its
-    failing calls, a call into it); then one step per next candidate, why it was set aside."""
+    """How the answer was reached: the fault's path from the entry to the chosen component (where it has one);
+    the chosen component's own evidence, one step per kind of analysis (metrics, logs, traces), each naming what
+    moved (with, where no path was walked, the lines of others that name it: a caller's log of its failing calls,
+    a call into it); then the next candidates and why they were set aside, in one step."""
     chosen = next((c for c in digest.candidates if c.component == component), None)
     if chosen is None:
         return []
-    about = [e for c in digest.candidates if c is not chosen for e in c.found or c.evidence
-             if e.kind in ("log", "trace") and (c.explained_by == component or component in e.text)]
-    steps = []
+    hops = digest.paths.get(component, [])
+    walked = len(hops) > 1
+    steps = path_steps(hops) if walked else []
+    about = [] if walked else [e for c in digest.candidates if c is not chosen for e in c.found or c.evidence
+                               if e.kind in ("log", "trace") and (c.explained_by == component or component in e.text)]
     for action in dict.fromkeys(ACTIONS.values()):
+        if walked and action == "TraceAnalysis":
+            continue
         items = [e for e in [*(chosen.found or chosen.evidence), *about]
                  if ACTIONS.get(e.kind) == action and (not e.echo or e in about)]
-        pods: dict[str, set[str]] = {}  # a metric once, with the pods it moved in
-        for e in items:
-            pods.setdefault(brief(e).split()[0] if action == "MetricAnalysis" else brief(e), set()).add(e.component)
-        said = [next(brief(e) for e in items if brief(e).split()[0] == k) + (f" ({len(p)} pods)" if len(p) > 1 else "")
-                if action == "MetricAnalysis" else k for k, p in pods.items()]
-        if action == "LogSearch":  # each failing word once, with the first component that logs it
-            heard: set[str] = set()
-            said = []
-            for e in items:
-                new = [w for w in failing(e) if w not in heard]
-                heard.update(new)
-                if new or not failing(e):
-                    said.append(f"{e.component} logs {', '.join(new) or e.key}")
+        said = _metrics(items) if action == "MetricAnalysis" else _logs(items) if action == "LogSearch" else \
+            list(dict.fromkeys(brief(e) for e in items))
         if said:
             steps.append({"action": f"{action}({component})", "observation": words("; ".join(said), OBSERVATION_WORDS)})
-    for c in [c for c in digest.candidates if c is not chosen][:SET_ASIDE]:
-        if not c.evidence:
-            continue
-        why = (f"an echo of its dependency {c.explained_by}" if c.explained_by
-               else f"weaker, {c.score:.2f} against {chosen.score:.2f}")
-        strongest = c.evidence[0]
-        steps.append({"action": f"{ACTIONS.get(strongest.kind, 'MetricAnalysis')}({c.component})",
-                      "observation": words(f"set aside {c.component} ({why}): {brief(strongest)}", OBSERVATION_WORDS)})
+    aside = [c for c in digest.candidates if c is not chosen and c.evidence][:SET_ASIDE]
+    if aside:
+        why = [f"{c.component} (" + (f"an echo of its dependency {c.explained_by}" if c.explained_by
+                                     else f"weaker, {c.score:.2f} against {chosen.score:.2f}")
+               + f"): {brief(c.evidence[0])}" for c in aside]
+        steps.append({"action": f"{ACTIONS.get(aside[0].evidence[0].kind, 'MetricAnalysis')}"
+                                f"({', '.join(c.component for c in aside)})",
+                      "observation": words(f"set aside {'; '.join(why)}", OBSERVATION_WORDS)})
     return steps
 
 

@@ -71,7 +71,7 @@ def test_a_link_slow_between_two_otherwise_healthy_ends_is_an_incident(tmp_path)
     t.chain(["a", "c"])
     t.chain(["d", "b"])
     con = t.done()
-    ranked, _, _ = rank_window(con, Window(START, END), 5)
+    ranked = rank_window(con, Window(START, END), 5).candidates
     assert ranked[0].score < ABNORMAL <= alarm(ranked)
     [incident] = found(con)
     assert incident.start <= START + dt.timedelta(minutes=2) and incident.components[0] in ("a", "b")

@@ -34,12 +34,13 @@ class Tiny:
         self.templates: dict[str, int] = {}
 
     def series(self, component, metric, value, *, kind="pod", service=None, source="infra_pod", node=None,
-               fault=None):
-        """One value a minute with a little noise; `fault` replaces the value in the window (None: no row)."""
+               fault=None, since=0):
+        """One value a minute with a little noise; `fault` replaces the value in the window, from `since` minutes
+        into it (None: no row)."""
         rows = []
         for i in range(MINUTES):
             v = value * (1 + 0.03 * math.sin(i * 1.7))
-            if during(i):
+            if during(i) and T0 + dt.timedelta(minutes=i) >= START + dt.timedelta(minutes=since):
                 if fault == "stop":
                     continue
                 v = fault if fault is not None else v

@@ -8,6 +8,7 @@ import pytest
 from features.cases import load_questions
 from features.digest import build_digest
 from features.options import Option
+from features.path import read
 from reasoner import agent
 from reasoner.agent import openai_chat
 from reasoner.batch import answered_uuids, run_batch, transcripts_path
@@ -196,7 +197,8 @@ def test_the_rank_agent_answers_with_the_top_option_and_its_key_metric(db, quest
     assert out.answer["component"] == "cartservice" and out.transcript["model"] == "rank"
     fault, key = out.answer["reason"].split(": ", 1)
     assert fault == "Pod failure in cartservice"
-    assert key.split()[0] in out.answer["reasoning_trace"][0]["observation"].split()
+    metrics = next(s for s in out.answer["reasoning_trace"] if s["action"] == "MetricAnalysis(cartservice)")
+    assert key.split()[0] in metrics["observation"].split()
     assert len(out.answer["reason"].split()) <= 40 and out.answer["reason"].endswith(".")
 
 
@@ -258,17 +260,21 @@ def test_the_model_s_words_are_a_whole_sentence_or_left_out(db, questions, own, 
     assert reason.startswith("Pod failure in cartservice: ")
 
 
-def test_the_trace_tells_the_chosen_evidence_by_kind_and_why_the_next_candidates_were_set_aside(db, questions):
+def test_the_trace_walks_the_fault_s_path_then_tells_the_chosen_evidence_and_sets_the_next_aside(db, questions):
     out = ranked(db, questions)
     trace, digest = out.answer["reasoning_trace"], ranked_digest(db, questions)
     steps = [(s["action"], s["observation"]) for s in trace]
-    assert len(steps) == len(set(steps))  # no step twice
+    assert len(steps) == len(set(steps)) and len(steps) <= 5  # no step twice; efficiency stays 1
+    path = read(steps[0][0])
+    assert path[0] == "frontend" and path[-1] == "cartservice"
+    assert steps[0][1].startswith(" -> ".join(path))
     others = [c.component for c in digest.candidates[1:3]]
-    for action, observation in steps:
-        named = action[action.index("(") + 1:-1]
-        assert named == "cartservice" or (named in others and observation.startswith(f"set aside {named} ("))
-    assert [a for a, _ in steps[:1]] == ["MetricAnalysis(cartservice)"]
-    assert len([a for a, o in steps if o.startswith("set aside")]) == len([c for c in others])
+    assert steps[-1] == (f"{steps[-1][0].split('(')[0]}({', '.join(others)})", steps[-1][1])
+    assert steps[-1][1].startswith(f"set aside {others[0]} (")
+    for action, _ in steps[1:-1]:
+        named = action[action.index("(") + 1:-1].split(", ")
+        assert named == ["cartservice"] or (action.startswith("LogSearch") and set(named) <= set(path[:-1]))
+    assert "MetricAnalysis(cartservice)" in [a for a, _ in steps]
 
 
 def test_a_node_s_fault_type_stays_a_node_s():

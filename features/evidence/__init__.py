@@ -52,6 +52,7 @@ class Item:
     fell: bool = False  # the value fell (a restarted container's memory, a dead process count)
     share: float = 1.0  # how much of the anomaly points at this component (a slow link, at one of its ends)
     peer: str | None = None  # a slow link's other end
+    line: str = ""  # a log item's template with its placeholders filled from a line of it, whole
 
     @property
     def blame(self) -> float:

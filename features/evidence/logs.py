@@ -90,7 +90,8 @@ def collect(con, w: Window) -> list[Item]:
         new += f", {r['errors']} at error level" if r["errors"] else ""
         said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
         items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(said),
-                          f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log"))
+                          f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log",
+                          line=said))
     # A template that was steady and stops (a heartbeat, a worker loop) while the component still logs.
     for r in rows(con, f"""
             with b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
@@ -104,5 +105,5 @@ def collect(con, w: Window) -> list[Item]:
                   [base_minutes, *params, base_minutes, minutes, MIN_EXPECTED, STEADY, base_minutes, w.start, w.end]):
         items.append(Item(r["component"], "log", VANISHED, keyword(r["template"]),
                           f"log {r['component']} stopped ({r['rate']:.1f}/min before): \"{flat(r['template'])}\"",
-                          "log"))
+                          "log", line=r["template"]))
     return items

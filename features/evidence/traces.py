@@ -64,20 +64,7 @@ def collect(con, w: Window) -> list[Item]:
             items.append(Item(s["service"], "trace", min(1.0, s["err"] - s["err_before"]) ** 0.5, "error spans",
                               f"trace errors start in {s['service']}: {s['err_before']:.0%} -> {s['err']:.0%} of spans",
                               "error origin"))
-    edges = rows(con, f"""
-        with e as (select {DURING} as during, minute, caller, callee, sum(calls) as calls, sum(errors) as errors,
-                          max(gap_p95_us) as gap, max(offset_p90_us) as ret, max(p95_us) as p95,
-                          count(callee_pod) as answered
-                   from trace_edge_minute where {MINUTES} and callee is not null group by all)
-        select caller, callee, sum(calls) filter (where during) as calls,
-               sum(errors) filter (where during) / sum(calls) filter (where during) as err,
-               coalesce(sum(errors) filter (where not during) / sum(calls) filter (where not during), 0) as err_before,
-               median(gap) filter (where during) as gap, median(gap) filter (where not during) as gap_before,
-               median(ret) filter (where during) as ret,
-               median(ret) filter (where not during) as ret_before,
-               median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
-               sum(answered) filter (where during) as answered
-        from e group by caller, callee having sum(calls) filter (where during) >= $min_calls""", _params(w))
+    edges = call_figures(con, w)
     slow = {(e["caller"], e["callee"]): _link_score(e) for e in edges}
     for e in edges:
         rise = e["err"] - e["err_before"]
@@ -96,6 +83,25 @@ def collect(con, w: Window) -> list[Item]:
                           f"{fmt(s['before'] / 1000)} -> {fmt(s['during'] / 1000)} ms{on}", "self time", bool(waits)))
     items += _slow_links(edges, slow)
     return items
+
+
+def call_figures(con, w: Window) -> list[dict]:
+    """Each traced call (caller -> callee) with calls in the window: errors, gap, return leg and p95 there and in
+    the baseline."""
+    return rows(con, f"""
+        with e as (select {DURING} as during, minute, caller, callee, sum(calls) as calls, sum(errors) as errors,
+                          max(gap_p95_us) as gap, max(offset_p90_us) as ret, max(p95_us) as p95,
+                          count(callee_pod) as answered
+                   from trace_edge_minute where {MINUTES} and callee is not null group by all)
+        select caller, callee, sum(calls) filter (where during) as calls,
+               sum(errors) filter (where during) / sum(calls) filter (where during) as err,
+               coalesce(sum(errors) filter (where not during) / sum(calls) filter (where not during), 0) as err_before,
+               median(gap) filter (where during) as gap, median(gap) filter (where not during) as gap_before,
+               median(ret) filter (where during) as ret,
+               median(ret) filter (where not during) as ret_before,
+               median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
+               sum(answered) filter (where during) as answered
+        from e group by caller, callee having sum(calls) filter (where during) >= $min_calls""", _params(w))
 
 
 def _link_score(e: dict) -> float:

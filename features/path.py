@@ -1,0 +1,187 @@
+"""The fault's path: the way a fault travelled from its cause to where users meet it, as an operator walks it back.
+
+From an entry (a service that calls others and that nothing calls) along the calls to the cause: each component on
+the way with what moved in it (its own lines and what its calls saw), when it started, and the call into the next
+one. A path told in an answer is grounded (OpenRCA 2.0's rule for an explanation) when every hop is a link of the
+dependency graph (a call, a service's pod, a pod's node), every component on it left its baseline in the window, and
+the onsets run from the cause outward: nothing moved before what it waits on, give or take `SLACK`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+import duckdb
+import networkx as nx
+
+from .evidence import MIN_RATIO, Item, Window
+from .evidence.traces import ERROR_RISE, call_figures
+from .graph import call_edges, entries
+from .ranker import Ranking, strength
+
+ONSET_Z = 3.0  # a metric has started moving at its first minute this many robust deviations from its baseline
+SLACK = dt.timedelta(minutes=1)  # the clocks of metrics, logs and spans agree to about a minute
+ARROW = " -> "
+WRITTEN = re.compile(r"\(([^()]*->[^()]*)\)")  # a path as an action writes it: TraceAnalysis(a -> b -> c)
+
+
+@dataclass
+class Hop:
+    component: str
+    items: list[Item]  # what moved in it, strongest first
+    onset: dt.datetime | None  # the first minute any of it moved
+    call: dict | None = None  # its traced call into the next hop: errors and p95 in the window and the baseline
+
+
+def written(hops: list[Hop]) -> str:
+    return ARROW.join(h.component for h in hops)
+
+
+def read(action: str) -> list[str]:
+    """The components of a path an action names ("TraceAnalysis(a -> b -> c)"), or []."""
+    found = WRITTEN.search(action)
+    return [c.strip() for c in found.group(1).split("->")] if found else []
+
+
+def walked(answer: dict) -> list[str]:
+    """The path an answer's trace walks (the first step whose action names one), or []."""
+    trace = answer.get("reasoning_trace")
+    steps = [s for s in trace if isinstance(s, dict)] if isinstance(trace, list) else []
+    return next((path for path in (read(str(s.get("action", ""))) for s in steps) if path), [])
+
+
+def _members(ranking: Ranking, component: str) -> set[str]:
+    """A component and what it stands for: a service its pods, a pod its service's calls."""
+    service = next((s for s, pods in ranking.pods_of.items() if component in pods), None)
+    return {component} | ranking.pods_of.get(component, set()) | ({service} if service else set())
+
+
+def _items(ranking: Ranking, component: str) -> list[Item]:
+    names = {component} | ranking.pods_of.get(component, set())
+    return sorted((it for it in ranking.items if it.component in names), key=strength)
+
+
+def onset(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, item: Item) -> dt.datetime | None:
+    """The first minute of the window in which an item's signal moved: its metric past `ONSET_Z` (in the way it
+    moved), its log keyword's first line, its calls' first slow or failing minute; None where the store cannot
+    say (a silence, an event path)."""
+    names = list(_members(ranking, item.component))
+    span = [w.start, w.end]
+    if item.kind in ("metric", "changepoint"):
+        z = "z <= ?" if item.fell else "z >= ?"
+        sql = f"""select min(ts) from metric_anomaly where metric = ? and component in (select unnest(?))
+                  and ts between ? and ? and {z}"""
+        params = [item.key, names, *span, -ONSET_Z if item.fell else ONSET_Z]
+    elif item.kind == "log":
+        sql = """select min(ts) from log_lines where component in (select unnest(?)) and ts between ? and ?
+                 and contains(message, ?)"""
+        params = [names, *span, item.key]
+    elif item.kind == "trace":
+        sql = """select min(minute) from trace_edge_anomaly where (caller in (select unnest(?))
+                 or callee in (select unnest(?))) and minute between ? and ?
+                 and (latency_z >= ? or error_rate - baseline_error_rate >= ?)"""
+        params = [names, names, *span, ONSET_Z, ERROR_RISE]
+    else:
+        return None
+    return con.execute(sql, params).fetchone()[0]
+
+
+def _hop(con, w: Window, ranking: Ranking, component: str) -> Hop:
+    items = _items(ranking, component)
+    onsets = [t for t in (onset(con, w, ranking, it) for it in items) if t is not None]
+    return Hop(component, items, min(onsets, default=None))
+
+
+def _service_of(ranking: Ranking) -> dict[str, str]:
+    return {p: s for s, pods in ranking.pods_of.items() for p in pods}
+
+
+def _linked(ranking: Ranking, a: str, b: str) -> bool:
+    """Whether `a` depends on `b` in the graph: a call between their services, a service's pod, a pod's node."""
+    g, service = ranking.graph, _service_of(ranking)
+    if g.has_edge(a, b):
+        return True
+    a, b = service.get(a, a), service.get(b, b)
+    return g.has_edge(a, b) and g[a][b].get("kind") in ("call", "declared")
+
+
+def _walk(con, w: Window, ranking: Ranking, chain: list[str], figures: dict) -> list[Hop]:
+    """The hops of a chain of components, each with the traced call into the next."""
+    service_of = _service_of(ranking)
+    hops = [_hop(con, w, ranking, c) for c in chain]
+    for a, b in zip(hops, hops[1:]):
+        a.call = figures.get((service_of.get(a.component, a.component), service_of.get(b.component, b.component)))
+    return hops
+
+
+def _figures(con, w: Window) -> dict[tuple[str, str], dict]:
+    return {(e["caller"], e["callee"]): e for e in call_figures(con, w)}
+
+
+def troubled(call: dict | None) -> bool:
+    """Whether a traced call failed or slowed in the window: its error share rose, its p95 grew by `MIN_RATIO`."""
+    return bool(call) and (call["err"] - call["err_before"] >= ERROR_RISE or
+                           bool(call["p95"] and call["p95_before"] and call["p95"] >= MIN_RATIO * call["p95_before"]))
+
+
+def deviates(hop: Hop) -> bool:
+    """A component left its baseline: evidence of its own, or its calls into the next hop failed or slowed."""
+    return bool(hop.items) or troubled(hop.call)
+
+
+def _calls(ranking: Ranking) -> nx.DiGraph:
+    return nx.DiGraph(sorted(call_edges(ranking.graph)))
+
+
+def fault_path(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, cause: str) -> list[Hop]:
+    """The way the fault took from an entry to `cause`: the path of calls, from any entry to the cause's service,
+    that runs most along calls that failed or slowed and through components that moved, then the shortest; from
+    its first component that moved (where the fault showed no further out). A pod cause ends the path in place of
+    its service; a node cause after its pod that moved most."""
+    service_of = _service_of(ranking)
+    tail = [cause]
+    if cause in set(ranking.node_of.values()) and cause not in service_of:
+        pods = sorted((p for p, n in ranking.node_of.items() if n == cause and p in service_of),
+                      key=lambda p: (-sum(it.blame for it in _items(ranking, p)), p))
+        tail = pods[:1] + [cause]
+    target = service_of.get(tail[0], tail[0])
+    figures = _figures(con, w)
+    moved = {it.component for it in ranking.items} | {service_of.get(it.component) for it in ranking.items}
+    calls = _calls(ranking)
+
+    def cost(a: str, b: str, _) -> int:  # a call that held costs more than one that failed, a quiet callee too
+        return 1 + 2 * (not troubled(figures.get((a, b)))) + (b not in moved)
+    ways = [(nx.dijkstra_path_length(calls, e, target, cost), nx.dijkstra_path(calls, e, target, cost))
+            for e in sorted(entries(ranking.graph)) if target in calls and e in calls and nx.has_path(calls, e, target)]
+    best = min(ways, key=lambda way: (way[0], len(way[1]), way[1]), default=(0, [target]))[1]
+    hops = _walk(con, w, ranking, best[:-1] + tail, figures)
+    while len(hops) > 1 and not deviates(hops[0]):
+        hops.pop(0)
+    return hops
+
+
+def ungrounded(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, path: list[str]) -> list[str]:
+    """What does not hold of a path an answer tells (outermost first, the cause last): [] when it is grounded."""
+    if not path:
+        return ["no path"]
+    found = []
+    service_of = _service_of(ranking)
+    calls = _calls(ranking)
+    first = service_of.get(path[0], path[0])
+    if not any(e == first or (e in calls and first in calls and nx.has_path(calls, e, first))
+               for e in entries(ranking.graph)):
+        found.append(f"no call path leads from where the load comes in to {path[0]}")
+    for a, b in zip(path, path[1:]):
+        if not _linked(ranking, a, b):
+            found.append(f"no call or placement links {a} to {b}")
+    hops = _walk(con, w, ranking, path, _figures(con, w) if len(path) > 1 else {})
+    found += [f"{h.component} did not leave its baseline" for h in hops if not deviates(h)]
+    timed = [h for h in hops if h.onset is not None]
+    for i, outer in enumerate(timed):
+        for inner in timed[i + 1:]:
+            if outer.onset + SLACK < inner.onset:
+                found.append(f"{outer.component} moved at {outer.onset:%H:%M}, before {inner.component} "
+                             f"({inner.onset:%H:%M}) on which it waits")
+    return found

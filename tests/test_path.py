@@ -1,0 +1,85 @@
+"""The fault's path on tiny stores: walked from the entry to the cause, told in the trace, and checked by the rules
+of a grounded explanation (on the graph, every component deviating, onsets from the cause outward)."""
+
+import pytest
+from test_ranking import END, START, Tiny, digest
+
+from features.evidence import Item, Window
+from features.path import read, ungrounded
+from features.ranker import rank_window
+from reasoner.rank import answer, gist
+
+
+def chain_store(path, *, caller_first=False):
+    """fe -> b -> c, and fe -> d; c fails (errors, and its lines) and its callers log the failing calls; where
+    `caller_first`, fe's latency rises at the window's start and c's errors only six minutes in."""
+    t = Tiny(path)
+    t.chain(["fe", "b", "c"])
+    t.chain(["fe", "d"])
+    for service in ("fe", "b", "c", "d"):
+        t.place(f"{service}-0", service)
+        t.series(f"{service}-0", "rrt", 2000.0, service=service, source="apm",
+                 fault=30000.0 if service in ("fe", "b") else None, since=0 if caller_first else 1)
+    t.series("c-0", "error_ratio", 0.001, service="c", source="apm", fault=0.6, since=6 if caller_first else 0)
+    if not caller_first:
+        t.log("c-0", "c", "ERROR NullPointerException in OrderRepository.find", 10, only_window=True)
+        for service in ("fe", "b"):
+            t.log(f"{service}-0", service, "ERROR could not place order: rpc error: code = Unavailable desc = "
+                                           "connection refused", 10, only_window=True)
+    return t.done()
+
+
+def check(con, path):
+    w = Window(START, END)
+    return ungrounded(con, w, rank_window(con, w, 5), path)
+
+
+@pytest.fixture
+def walked(tmp_path):
+    con = chain_store(tmp_path / "path.duckdb")
+    yield con
+    con.close()
+
+
+def test_the_path_walks_from_the_entry_to_the_cause_and_the_trace_tells_it_first(walked):
+    d = digest(walked)
+    assert d.candidates[0].component == "c"
+    hops = d.paths["c"]
+    assert [h.component for h in hops] == ["fe", "b", "c"]
+    assert all(h.items and h.onset for h in hops)
+    trace = answer(d)["reasoning_trace"]
+    assert read(trace[0]["action"]) == ["fe", "b", "c"]
+    assert trace[0]["observation"].startswith("fe -> b -> c;")
+    logs = trace[1]
+    assert logs["action"] == "LogSearch(fe, b)" and "'could not place order: Unavailable: connection refused'" in \
+        logs["observation"]
+    assert len(trace) <= 5
+    assert check(walked, ["fe", "b", "c"]) == []
+
+
+def test_a_path_off_the_graph_is_not_grounded(walked):
+    assert check(walked, ["fe", "c"]) == ["no call or placement links fe to c"]
+    assert check(walked, ["b", "c"]) == []  # the part of a path where the fault showed
+    assert check(walked, ["zz", "c"])[0] == "no call path leads from where the load comes in to zz"
+
+
+def test_a_path_through_a_component_that_did_not_move_is_not_grounded(walked):
+    assert check(walked, ["fe", "d"]) == ["d did not leave its baseline"]
+
+
+def test_a_path_whose_caller_moved_before_the_cause_is_not_grounded(tmp_path):
+    con = chain_store(tmp_path / "reversed.duckdb", caller_first=True)
+    problems = check(con, ["fe", "b", "c"])
+    assert any(p.startswith("fe moved at") and "before c" in p for p in problems), problems
+
+
+def test_a_logged_error_is_quoted_as_what_failed_its_codes_and_its_innermost_error():
+    def line(text):
+        return Item("fe-0", "log", 1.0, "", "", "log", line=text)
+    assert gist(line("could not retrieve cart: rpc error: code = Internal desc = rpc error: code = Unavailable "
+                     "desc = name resolver error: produced zero addresses; lookup failed on 10.0.0.2:53: no such "
+                     "host")) == "could not retrieve cart: Internal, Unavailable: no such host"
+    assert gist(line("code error: panic: runtime error: invalid memory address or nil pointer dereference "
+                     "[signal SIGSEGV: segmentation violation]")) == \
+        "code error: invalid memory address or nil pointer dereference"
+    assert gist(line('request error: code = <*> desc = <*>","severity":"warning"}')) == "request error"
