@@ -16,7 +16,9 @@ from etl import store
 from features.cases import Question
 from features.digest import Digest, build_digest
 from features.evidence import Window
+from features.evidence.traces import call_figures
 from features.graph import CALLS, dependency_graph
+from features.path import troubled, walked
 from rcalab.errors import OutputError, read_text
 from reasoner.batch import transcripts_path
 
@@ -86,34 +88,98 @@ def key_metric_plot(con, digest: Digest, component: str, w: Window) -> str | Non
     return png(fig)
 
 
-def graph_plot(con, digest: Digest, component: str, w: Window) -> str | None:
-    """The services around the answer on the call graph, the candidates coloured by score, the answer ringed."""
+def key_log_plot(con, digest: Digest, component: str, w: Window) -> str | None:
+    """Where the answer's key is a log keyword: the lines that hold it per minute, an hour either side."""
+    key = next((o.key for o in digest.options.get(component, [])), None)
+    if not key or con.execute("select 1 from metric_points where metric = ? limit 1", [key]).fetchone():
+        return None
+    counts = con.execute("""
+        select time_bucket(interval 1 minute, ts) as minute, count(*) from log_lines
+        where (component = ? or service = ?) and ts between ? and ? and contains(message, ?) group by all order by 1""",
+                         [component, component, w.start - AROUND, w.end + AROUND, key]).fetchall()
+    if not counts:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    ax.bar([m for m, _ in counts], [n for _, n in counts], width=1 / 1440, color="tab:purple")
+    ax.axvspan(w.start, w.end, color="tab:red", alpha=0.1, label="the window")
+    ax.set_title(_text(f"log lines of {component} with '{key}' per minute"))
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def message(line: str) -> str:
+    """A log line's message: the message field of a JSON record, else the line."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return line
+    found = next((record.get(k) for k in ("message", "msg", "log") if isinstance(record, dict) and k in record), None)
+    return str(found) if found is not None else line
+
+
+def svg(fig) -> str:
+    """A matplotlib figure as inline SVG, its text as text (searchable, and every element's gid its id); closed."""
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "rcalab"}):
+        fig.tight_layout()
+        fig.savefig(buf, format="svg")
+    plt.close(fig)
+    return buf.getvalue()[buf.getvalue().index("<svg"):]
+
+
+def call_graph(con, digest: Digest, path: list[str], w: Window):
+    """The call graph in layers, callers above what they call: every call drawn, the calls that failed or slowed
+    in the window in red, the fault's path thick with its components ringed, the candidates coloured by score.
+    Each call's gid is "call A -> B", a call on the path "path A -> B", a component's label "component A"."""
     import networkx as nx
 
     g = dependency_graph(con, w)
-    calls = nx.DiGraph([(a, b) for a, b, k in g.edges(data="kind") if k in CALLS])
     service_of = {p: s for s, p, k in g.edges(data="kind") if k == "has"}
-    score = {}
+    calls = nx.DiGraph(sorted((a, b) for a, b, k in g.edges(data="kind") if k in CALLS))
+    on_path = [service_of.get(c, c) for c in path]
+    calls.add_nodes_from(on_path)
+    score: dict[str, float] = {}
     for c in digest.candidates:
         score.setdefault(service_of.get(c.component, c.component), c.score)
-    root = service_of.get(component, component)
-    if root not in calls:
-        calls.add_node(root)
-    near = {root} | set(calls.predecessors(root)) | set(calls.successors(root)) | (set(score) & set(calls))
-    sub = calls.subgraph(near)
+        calls.add_node(service_of.get(c.component, c.component))
+    roots = sorted(n for n in calls if calls.in_degree(n) == 0) or sorted(calls)[:1]
+    depth = nx.multi_source_dijkstra_path_length(calls, roots) if roots else {}
+    for n in calls:  # each below its deepest caller where the calls form no cycle, else at its distance
+        calls.nodes[n]["layer"] = depth.get(n, 0)
+    if nx.is_directed_acyclic_graph(calls):
+        for n in nx.topological_sort(calls):
+            calls.nodes[n]["layer"] = max((calls.nodes[p]["layer"] + 1 for p in calls.predecessors(n)), default=0)
+    pos = {n: (x, -y) for n, (y, x) in nx.multipartite_layout(calls, subset_key="layer").items()}
+    widest = max(sum(1 for n in calls if calls.nodes[n]["layer"] == k) for k in {calls.nodes[n]["layer"] for n in calls})
+    figures = {(e["caller"], e["callee"]): e for e in call_figures(con, w)}
+    path_edges = set(zip(on_path, on_path[1:]))
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(10, 6))
-    pos = nx.spring_layout(sub, seed=1)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.5 * widest), 1.2 * (1 + max(depth.values(), default=0)) + 2))
     top = max(score.values(), default=1.0) or 1.0
-    nx.draw_networkx_edges(sub, pos, ax=ax, alpha=0.4, arrows=True)
-    nx.draw_networkx_nodes(sub, pos, ax=ax, node_color=[score.get(n, 0.0) / top for n in sub],
-                           cmap="Reds", vmin=0, vmax=1, edgecolors="grey")
-    nx.draw_networkx_nodes(sub, pos, nodelist=[root], ax=ax, node_size=900, node_color="none",
-                           edgecolors="red", linewidths=3)
-    nx.draw_networkx_labels(sub, pos, {n: _text(n) for n in sub}, ax=ax, font_size=8)
-    ax.set_title(_text(f"calls around {root} (darker: higher score; ringed: the answer)"))
+    edges = list(calls.edges)
+    arrows = nx.draw_networkx_edges(
+        calls, pos, ax=ax, edgelist=edges, arrows=True, node_size=600,
+        edge_color=["tab:red" if troubled(figures.get(e)) else "tab:blue" if e in path_edges else "#bbb"
+                    for e in edges],
+        width=[3.5 if e in path_edges else 1.0 for e in edges])
+    for (a, b), arrow in zip(edges, arrows):
+        arrow.set_gid(f"{'path' if (a, b) in path_edges else 'call'} {a} -> {b}")
+    nx.draw_networkx_nodes(calls, pos, ax=ax, node_size=600, node_color=[score.get(n, 0.0) / top for n in calls],
+                           cmap="OrRd", vmin=0, vmax=1, edgecolors=["tab:blue" if n in on_path else "#888"
+                                                                    for n in calls],
+                           linewidths=[3 if n in on_path else 0.5 for n in calls])
+    for n, label in nx.draw_networkx_labels(calls, pos, {n: _text(n) for n in calls}, ax=ax, font_size=8,
+                                            verticalalignment="bottom").items():
+        label.set_gid(f"component {n}")
+        label.set_position((pos[n][0], pos[n][1] + 0.06))
+    ax.margins(x=0.12, y=0.15)  # labels stay inside the picture
+    ax.set_title(_text("calls, callers above what they call: red failed or slowed in the window; "
+                       "thick, blue: the fault's path; darker: higher score"), fontsize=9)
     ax.axis("off")
-    return png(fig)
+    return fig
 
 
 def _table(head: list[str], rows: list[list]) -> str:
@@ -150,16 +216,19 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
           " | ".join(x.text for x in c.evidence)] for i, c in enumerate(digest.candidates, 1)]))
     if component:
         for title, picture in (("The key metric around the window", key_metric_plot(con, digest, component, w)),
-                               ("The dependency graph around the answer", graph_plot(con, digest, component, w))):
+                               ("The key log keyword around the window", key_log_plot(con, digest, component, w))):
             if picture:
                 parts.append(f"<h2>{title}</h2><img alt='{e(title)}' src='{picture}'>")
-        lines = con.execute("""select ts::text, component, coalesce(level, ''), left(message, 300) from log_lines
+        path = walked(answer or {}) or [h.component for h in digest.paths.get(component, [])]
+        parts.append(f"<h2>The fault's path on the call graph</h2><p>{e(' -> '.join(path) or 'no path walked')}</p>"
+                     f"<div class='graph'>{svg(call_graph(con, digest, path, w))}</div>")
+        lines = con.execute("""select strftime(ts, '%H:%M:%S'), component, coalesce(level, ''), message from log_lines
                                where (component = ? or service = ?) and ts between ? and ?
                                order by level in ('ERROR', 'FATAL', 'CRITICAL') desc, ts limit ?""",
                             [component, component, w.start, w.end, MAX_LINES]).fetchall()
         parts.append(f"<h2>Log lines of {e(component)} in the window</h2>" +
-                     (_table(["time", "component", "level", "line"], [list(r) for r in lines]) if lines
-                      else "<p>none</p>"))
+                     (_table(["time", "pod", "level", "message"], [[t, c, lv, message(m)[:300]] for t, c, lv, m in lines])
+                      if lines else "<p>none</p>"))
         calls = con.execute("""select caller, callee, sum(calls), sum(errors), round(max(p95_us) / 1000, 1)
                                from trace_edge_minute where (caller = ? or callee = ?) and minute between ? and ?
                                group by all order by 5 desc limit ?""",
@@ -177,7 +246,7 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
     return "\n".join(parts)
 
 
-def _lines(path: Path) -> dict[str, dict]:
+def by_uuid(path: Path) -> dict[str, dict]:
     rows = {}
     if Path(path).exists():
         for line in read_text(path).splitlines():
@@ -198,7 +267,7 @@ def write_pages(db: Path, questions: list[Question], answers: Path, folder: Path
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"cannot create {folder}: {e.strerror}") from None
-    answered, transcripts = _lines(answers), _lines(transcripts_path(answers))
+    answered, transcripts = by_uuid(answers), by_uuid(transcripts_path(answers))
     con = store.connect(db, read_only=True)
     pages = {}
     try:

@@ -145,6 +145,15 @@ def write_report(folder: Path, results: dict[str, dict], pages: dict[str, dict[s
                                              for k, v in r["transcripts"].items()) + "</table>")
         parts.append(f"<img alt='accuracy per fault type' src='data:image/png;base64,"
                      f"{_chart(r['breakdown']['by_fault_type'])}'>")
+        if r.get("grounding"):
+            g = r["grounding"]
+            parts.append(f"<p>Grounded: {g['grounded']} of the {g['walked']} traces that walk the fault's path "
+                         f"({g['answered']} answers): every hop a link of the dependency graph, every component on it "
+                         "out of its baseline, the onsets from the cause outward.</p>")
+            if g["not_grounded"]:
+                parts.append("<table><tr><th>case</th><th>what does not hold</th></tr>" + "".join(
+                    f"<tr><td>{html.escape(u)}</td><td>{html.escape('; '.join(p))}</td></tr>"
+                    for u, p in g["not_grounded"].items()) + "</table>")
         linked = pages.get(name, {})
         parts.append("<h3>Cases that missed something</h3><p>A right component and reason can still miss evidence "
                      "points the ground truth lists (explainability).</p><table><tr><th>case</th><th>fault type</th>"

@@ -560,7 +560,8 @@ def cases(dump, out):
 @click.option("--report", type=click.Path(path_type=Path, file_okay=False), help="Write report.json and report.html here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 @click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="With --report and --input: a page per case from this store, linked from the report.")
+              help="With --report and --input: a page per case from this store, linked from the report, and the "
+                   "share of traces whose fault's path holds in it (grounded).")
 @click.option("--input", "input_", type=click.Path(path_type=Path, dir_okay=False), help="The questions (input.json).")
 @reports_errors
 def judge(truth, answers, rules, report, as_json, db, input_):
@@ -573,8 +574,18 @@ def judge(truth, answers, rules, report, as_json, db, input_):
     if db and not (report and input_):
         raise click.UsageError("--db writes case pages: give --report and --input too")
     results = {str(path): evaluate(truth, path, rules) for path in answers}
+    if db:
+        from features.cases import load_questions
+        from judge.grounding import grounding
+
+        questions = load_questions(input_)
+        with working("checking the paths the traces walk"):
+            for path in answers:
+                results[str(path)]["grounding"] = grounding(db, questions, path)
     if as_json:
-        flat = {k: {**v["summary"], "transcripts": v["transcripts"]} for k, v in results.items()}
+        flat = {k: {**v["summary"], "transcripts": v["transcripts"], **({"grounding": v["grounding"]}
+                                                                        if "grounding" in v else {})}
+                for k, v in results.items()}
         echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
     else:
         table = Table(title=f"rcalab judge (rules: {rules})")  # a column per answers file: names stay whole
@@ -583,6 +594,9 @@ def judge(truth, answers, rules, report, as_json, db, input_):
             table.add_column(cell(name), justify="right")
         for k in ("final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"):
             table.add_row(k, *[str(r["summary"][k]) for r in results.values()])
+        if db:
+            table.add_row("grounded", *[f"{r['grounding']['grounded']} of {r['grounding']['walked']}"
+                                        for r in results.values()])
         show(table)
         for name, r in results.items():
             t = r["transcripts"]
@@ -597,10 +611,8 @@ def judge(truth, answers, rules, report, as_json, db, input_):
     if report:
         pages = {}
         if db:
-            from features.cases import load_questions
             from judge.pages import write_pages
 
-            questions = load_questions(input_)
             with working("writing case pages"):
                 for k, path in enumerate(answers, 1):
                     pages[str(path)] = {u: p.relative_to(report).as_posix() for u, p in

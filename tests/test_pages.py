@@ -2,6 +2,7 @@
 loads with no console message, its pictures render, and a screenshot is taken."""
 
 import json
+from html.parser import HTMLParser
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from features.cases import load_questions
+from features.path import walked
 from judge.pages import write_pages
 from rcalab.cli import cli
 from reasoner.batch import run_batch
@@ -39,11 +41,33 @@ def test_every_case_page_loads_in_a_browser_with_its_pictures_and_no_console_mes
         loaded = browse(page, "--dump-dom")
         assert loaded.returncode == 0, loaded.stderr[-500:]
         images = text.count("<img ")
-        assert images >= 2 and f'data-images="{images}"' in loaded.stdout, uuid
+        assert images >= 1 and f'data-images="{images}"' in loaded.stdout and "<svg" in text, uuid
         assert ":CONSOLE" not in loaded.stderr, loaded.stderr[-500:]
     shot = tmp_path / "case.png"
     browse(next(iter(pages.values())), "--hide-scrollbars", "--window-size=1200,2400", f"--screenshot={shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+class Ids(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids = []
+
+    def handle_starttag(self, tag, attrs):
+        self.ids += [v for k, v in attrs if k == "id" and v]
+
+
+def test_the_page_draws_every_call_and_highlights_the_fault_s_path(pages, replay_store):
+    answers = {json.loads(line)["uuid"]: json.loads(line) for line in
+               (next(iter(pages.values())).parent.parent / "answers.jsonl").read_text().splitlines()}
+    uuid = next(u for u in pages if len(walked(answers[u])) > 1)
+    path = walked(answers[uuid])
+    parser = Ids()
+    parser.feed(pages[uuid].read_text())
+    drawn = [i for i in parser.ids if i.startswith(("call ", "path "))]
+    assert [i for i in drawn if i.startswith("path ")] == sorted(f"path {a} -> {b}" for a, b in zip(path, path[1:]))
+    assert len(drawn) == len(set(drawn)) >= 10  # every call of the system, once
+    assert {f"component {c}" for c in path} <= set(parser.ids)
 
 
 def test_names_on_a_page_are_text_not_markup(replay, replay_store, tmp_path):
@@ -68,3 +92,22 @@ def test_the_judge_report_links_each_case_to_its_page(replay, replay_store, tmp_
     first = json.loads(answers.read_text().splitlines()[0])
     assert first["uuid"] in index and "case-0001.html" in index
     assert browse(tmp_path / "report" / "report.html", "--dump-dom").returncode == 0
+
+
+def test_the_judge_checks_that_the_fault_s_path_each_trace_walks_holds_in_the_store(replay, replay_store, tmp_path):
+    answers, forged = tmp_path / "a.jsonl", tmp_path / "forged.jsonl"
+    run_batch(replay_store[0], load_questions(replay / "input.json"), answers, None)
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    row = next(r for r in rows if walked(r))
+    assert row["reasoning_trace"][0]["action"].startswith("TraceAnalysis(frontend -> ")
+    row["reasoning_trace"][0]["action"] = "TraceAnalysis(tidb-tikv -> frontend)"  # upside down, off the graph
+    forged.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(cli, ["judge", "--truth", str(replay / "groundtruth.jsonl"), "--answers", str(answers),
+                                      "--answers", str(forged), "--json", "--report", str(tmp_path / "report"),
+                                      "--db", str(replay_store[0]), "--input", str(replay / "input.json")])
+    assert result.exit_code == 0, result.output
+    judged = json.loads(result.output[: result.output.rindex("}") + 1])
+    honest, bent = judged[str(answers)]["grounding"], judged[str(forged)]["grounding"]
+    assert honest["walked"] == bent["walked"] >= 3 and honest["grounded"] == 1.0
+    assert "no call or placement links tidb-tikv to frontend" in bent["not_grounded"][row["uuid"]]
+    assert "Grounded: 1.0 of the" in (tmp_path / "report" / "report.html").read_text()
