@@ -135,6 +135,9 @@ def check_answer(step: dict, options: dict, top: str, contradicted: set[str], le
         firsts = ", ".join(o for o, (c, _) in options.items() if c == top)
         return (f"option {flat(step['option'], 8)} is not candidate 1's: choose {firsts}, "
                 f"or first check {flat(top, 60)} and find nothing")
+    if component == top and top in contradicted:  # a check that found its evidence gone is acted on
+        return (f"a check of {flat(top, 60)} found its evidence gone: choose another candidate's option "
+                f"({', '.join(o for o, (c, _) in options.items() if c != top)})")
     return None
 
 
@@ -204,8 +207,11 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
             allow = len(tool_steps) - tested < max_tools and not must_answer
-            # The options open now: candidate 1's, or any once a check of candidate 1 found its evidence gone.
-            open_options = [o for o, (c, _) in options.items() if c == top or top in contradicted]
+            # The options open now: candidate 1's; once a check of candidate 1 found its evidence gone, the others'.
+            open_options = [o for o, (c, _) in options.items() if (c == top) != (top in contradicted)]
+            if not open_options:
+                raise CaseFailed(f"a check of {flat(top, 60)} found its evidence gone and no other candidate has "
+                                 "options: no clear root cause")
             schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, open_options,
                                  fault_types_for({levels[options[o][0]] for o in open_options}))
             t = time.perf_counter()
@@ -267,4 +273,6 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
         **standing(digest),
     }
+    if top in contradicted and outcome.answer and outcome.answer["component"] == top:
+        outcome.transcript["clear"] = False  # the ranking's answer stands, without the check that contradicts it
     return outcome

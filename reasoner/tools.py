@@ -42,9 +42,12 @@ def _window(ctx: Context) -> Window:
     return Window.around(ctx.question.start, ctx.question.end)
 
 
-def _items(found: list[Item], nothing: str) -> Result:
+def _items(found: list[Item], nothing: str, names: set[str]) -> Result:
+    """The lines found, strongest first; the keys only of those that are the checked component's own (a caller's
+    line that names it is shown, but its keys are the caller's)."""
     found = sorted(found, key=strength)[:MAX_LINES]  # as the ranking orders them, ties broken alike
-    return Result("\n".join(flat(i.text, 160) for i in found) or nothing, tuple(dict.fromkeys(i.key for i in found)))
+    return Result("\n".join(flat(i.text, 160) for i in found) or nothing,
+                  tuple(dict.fromkeys(i.key for i in found if i.component in names)))
 
 
 def metric_anomalies(ctx: Context, component: str) -> Result:
@@ -52,7 +55,7 @@ def metric_anomalies(ctx: Context, component: str) -> Result:
     w = _window(ctx)
     names = _names(ctx, component)
     found = [i for family in (metrics, changepoints, silence) for i in family.collect(ctx.con, w) if i.component in names]
-    return _items(found, f"no metric of {flat(component, 60)} left its baseline")
+    return _items(found, f"no metric of {flat(component, 60)} left its baseline", names)
 
 
 def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
@@ -85,7 +88,7 @@ def trace_edges(ctx: Context, component: str) -> Result:
     names = _names(ctx, component)
     found = [i for family in (traces, events) for i in family.collect(ctx.con, _window(ctx))
              if i.component in names or component in i.text]
-    return _items(found, f"no traced calls of {flat(component, 60)} changed")
+    return _items(found, f"no traced calls of {flat(component, 60)} changed", names)
 
 
 def neighbours(ctx: Context, component: str) -> Result:

@@ -1,6 +1,7 @@
 """The agents with a scripted model: options, checks, validation, repair, fallback, resumable batches."""
 
 import json
+import re
 
 import duckdb
 import pytest
@@ -165,9 +166,18 @@ def test_a_test_that_finds_candidate_1_s_evidence_gone_opens_the_other_options(d
     monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window"))
     chat = ScriptedChat(answer("2a"))
     out = run(db, questions, chat)
-    assert "2a" in chat.asked[0][1]["properties"]["option"]["enum"]
+    enum = chat.asked[0][1]["properties"]["option"]["enum"]
+    assert "2a" in enum and "1a" not in enum  # acted on: candidate 1's options close
     assert out.transcript["status"] == "answered" and out.answer["component"] != "cartservice"
     assert out.transcript["why_not_top"].startswith("a check of cartservice found its evidence gone")
+
+
+def test_an_answer_a_check_contradicts_is_refused_and_never_printed_beside_that_check(db, questions, monkeypatch):
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window"))
+    out = run(db, questions, ScriptedChat(answer("1a"), answer("1a")))
+    assert out.error.startswith("a check of cartservice found its evidence gone: choose another candidate's option")
+    assert out.transcript["status"] == "fallback" and out.transcript["clear"] is False
+    assert not any("no anomalies" in s["observation"] for s in out.answer["reasoning_trace"])
 
 
 def test_the_token_count_covers_every_call(db, questions):
@@ -198,7 +208,7 @@ def test_the_rank_agent_answers_with_the_top_option_and_its_key_metric(db, quest
     fault, key = out.answer["reason"].split(": ", 1)
     assert fault == "Pod failure in cartservice"
     metrics = next(s for s in out.answer["reasoning_trace"] if s["action"] == "MetricAnalysis(cartservice)")
-    assert key.split()[0] in metrics["observation"].split()
+    assert re.search(rf"(?<![\w]){key.split()[0]}(?![\w])", metrics["observation"])  # a whole word, as judged
     assert len(out.answer["reason"].split()) <= 40 and out.answer["reason"].endswith(".")
 
 
@@ -290,3 +300,13 @@ def test_words_the_schema_cut_are_left_out():
     reason = "Pod failure in cartservice: response fell from 660 to 0."
     assert with_words(reason, "x" * 59, "pod failure").endswith("X" + "x" * 58 + ".")
     assert with_words(reason, "The silence response of cartservice-0 and cartservice-1 is 0", "pod failure") == reason
+
+
+def test_a_check_adds_to_the_reason_only_the_keys_of_the_checked_component_s_own_lines():
+    from features.evidence import Item
+    from reasoner.tools import _items
+
+    caller = Item("a", "event", 0.9, "A_B", "a's spans of b stopped at A_B", "path")
+    own = Item("b-0", "trace", 0.5, "error calls", "trace a -> b: errors 0% -> 40% of 20 calls", "errors")
+    found = _items([caller, own], "nothing", {"b", "b-0"})
+    assert "A_B" in found.text and found.keys == ("error calls",)
