@@ -7,10 +7,11 @@ import re
 from collections.abc import Sequence
 
 from features.digest import Digest
-from features.evidence import MIN_RATIO, fmt
+from features.evidence import MIN_RATIO, fmt, signal_of
 from features.evidence.logs import ERROR_WORDS, LEVELS, PLACEHOLDER
 from features.evidence.traces import ERROR_RISE
 from features.path import troubled, written
+from features.ranker import UPWARD
 
 REASON_WORDS = 40
 OBSERVATION_WORDS = 20
@@ -94,16 +95,20 @@ CLAUSE = re.compile(r": |desc = ?|rpc error|code = ?\w*")
 JSON_TAIL = re.compile(r'",\s*"\w+":.*$')  # the rest of a JSON log record after its message
 
 
+def _parts(line: str) -> tuple[str, str, str]:
+    """An error line as errors wrap one another: what the caller was doing (its first clause), the status codes it
+    passed on, and the innermost error (its last clause, where it has more than one)."""
+    line = re.sub(r"\[[^\]]*\]", "", PLACEHOLDER.sub("", JSON_TAIL.sub("", line)))
+    head, _, rest = line.strip().partition(" ")
+    line = rest if LEVELS.match(head) else line  # a severity is no part of what failed
+    clauses = [" ".join(c.split()) for c in (c.strip(" '\"") for c in CLAUSE.split(line)) if c]
+    return (clauses[0] if clauses else "", ", ".join(dict.fromkeys(CODE.findall(line))),
+            clauses[-1] if len(clauses) > 1 else "")
+
+
 def gist(item) -> str:
-    """A log item's line as an operator quotes it: what the caller was doing (its first clause), the status codes
-    it passed on, and the innermost error (its last clause), the way errors wrap one another ("could not retrieve
-    cart: Internal, Unavailable: no such host")."""
-    template = re.sub(r"\[[^\]]*\]", "", PLACEHOLDER.sub("", JSON_TAIL.sub("", item.line)))
-    head, _, rest = template.strip().partition(" ")
-    template = rest if LEVELS.match(head) else template  # a severity is no part of what failed
-    clauses = [c for c in (c.strip(" '\"") for c in CLAUSE.split(template)) if c]
-    parts = clauses[:1] + [", ".join(dict.fromkeys(CODE.findall(template)))] + clauses[1:][-1:]
-    return ": ".join(" ".join(p.split()) for p in parts if p)
+    """A log item's line as an operator quotes it ("could not retrieve cart: Internal, Unavailable: no such host")."""
+    return ": ".join(p for p in _parts(item.line) if p)
 
 
 def _call(hop) -> str:
@@ -122,13 +127,16 @@ def _at(hop) -> str:
 
 
 def _moved(hop, cause: bool) -> str:
-    """What moved in a hop, in a few words: its strongest metric; for the cause its own trace evidence first (its
-    metrics and logs have steps of their own, its traces not, where a path is walked)."""
-    for kinds in ([("trace",)] if cause else []) + [("metric", "changepoint")]:
-        found = next((e for e in hop.items if e.kind in kinds and not (cause and e.echo)), None)
-        if found:
-            return brief(found)
-    return ""
+    """What moved in a hop, in a few words: in a component on the way, what tells the fault reached it (latency and
+    errors travel up the calls), else its strongest metric; in the cause its own trace evidence first (its metrics
+    and logs have steps of their own, its traces not, where a path is walked)."""
+    metrics = [e for e in hop.items if e.kind in ("metric", "changepoint")]
+    if cause:
+        found = next((e for e in hop.items if e.kind == "trace" and not e.echo), None) or \
+            next((e for e in metrics if not e.echo), None)
+    else:
+        found = next((e for e in metrics if e.signal in UPWARD), None) or next(iter(metrics), None)
+    return brief(found) if found else ""
 
 
 def path_steps(hops: list) -> list[dict]:
@@ -151,50 +159,52 @@ def path_steps(hops: list) -> list[dict]:
 
 
 def _metrics(items: list) -> list[str]:
-    """Each metric once, as it moved where it moved most, grouped by the number of pods it moved in, so that the
-    keys come first: "in 3 pods: pod_processes 2->0, response 1.8k->0", "error_ratio 0->50"."""
+    """Each metric once, as it moved where it moved most, the strongest of each signal (cpu, memory, network,
+    latency, errors...) before the rest, grouped by the number of pods it moved in, so that the keys come first
+    ("in 3 pods: pod_processes->0, error 2->162", "error_ratio 0->50"): a metric that fell to nothing in one word."""
     pods: dict[str, set[str]] = {}
     first: dict[str, str] = {}
     for e in items:
         name = brief(e).split()[0]
         pods.setdefault(name, set()).add(e.component)
-        first.setdefault(name, brief(e))
-    groups: dict[int, list[str]] = {}
-    for name, where in pods.items():
-        groups.setdefault(len(where), []).append(first[name])
-    return [(f"in {n} pods: " if n > 1 else "") + ", ".join(moves) for n, moves in groups.items()]
+        first.setdefault(name, f"{name}->0" if brief(e).endswith("->0") else brief(e))
+    strongest: dict[str, str] = {}  # of each signal; a metric of no known signal is its own
+    for name in pods:
+        strongest.setdefault(name if signal_of(name) == "other" else signal_of(name), name)
+    groups: dict[tuple[bool, int], list[str]] = {}
+    for name in pods:
+        groups.setdefault((name not in strongest.values(), len(pods[name])), []).append(first[name])
+    return [(f"in {n} pods: " if n > 1 else "") + ", ".join(groups[rest, n]) for rest, n in sorted(groups)]
 
 
 def _logs(items: list) -> list[str]:
-    """Each failing word once, with the first component that logs it."""
-    heard: set[str] = set()
-    said = []
+    """Each line once, by its keyword and, for an error that wraps others, its innermost error ("code error 'nil
+    pointer dereference'"), under the first component that logs it."""
+    said: dict[str, str] = {}
     for e in items:
-        new = [w for w in failing(e) if w not in heard]
-        heard.update(new)
-        if new or not failing(e):
-            said.append(f"{e.component} logs {', '.join(new) or e.key}")
-    return said
+        inner = _parts(e.line)[2] if failing(e) else ""
+        said.setdefault(e.key + (f" '{inner}'" if inner and inner.lower() not in e.key.lower() else ""), e.component)
+    by: dict[str, list[str]] = {}
+    for quoted, component in said.items():
+        by.setdefault(component, []).append(quoted)
+    return [f"{component} logs {', '.join(quoted)}" for component, quoted in by.items()]
 
 
 def evidence_steps(digest: Digest, component: str) -> list[dict]:
     """How the answer was reached: the fault's path from the entry to the chosen component (where it has one);
-    the chosen component's own evidence, one step per kind of analysis (metrics, logs, traces), each naming what
-    moved (with, where no path was walked, the lines of others that name it: a caller's log of its failing calls,
-    a call into it); then the next candidates and why they were set aside, in one step."""
+    the chosen component's own evidence, one step per kind of analysis (metrics, logs, traces: these told on the
+    path where it was walked), each naming what moved in it; then the next candidates and why they were set
+    aside, in one step."""
     chosen = next((c for c in digest.candidates if c.component == component), None)
     if chosen is None:
         return []
     hops = digest.paths.get(component, [])
     walked = len(hops) > 1
     steps = path_steps(hops) if walked else []
-    about = [] if walked else [e for c in digest.candidates if c is not chosen for e in c.found or c.evidence
-                               if e.kind in ("log", "trace") and (c.explained_by == component or component in e.text)]
     for action in dict.fromkeys(ACTIONS.values()):
         if walked and action == "TraceAnalysis":
             continue
-        items = [e for e in [*(chosen.found or chosen.evidence), *about]
-                 if ACTIONS.get(e.kind) == action and (not e.echo or e in about)]
+        items = [e for e in chosen.found or chosen.evidence if ACTIONS.get(e.kind) == action and not e.echo]
         said = _metrics(items) if action == "MetricAnalysis" else _logs(items) if action == "LogSearch" else \
             list(dict.fromkeys(brief(e) for e in items))
         if said:
