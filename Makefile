@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO ?= demo
 
-.PHONY: setup browser test demo bench clean
+.PHONY: setup browser test demo notebook bench clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,13 @@ demo: setup
 	$(BIN)/rcalab judge --truth $(DEMO)/dump/groundtruth.jsonl --answers $(DEMO)/rank.jsonl --answers $(DEMO)/llm.jsonl \
 		--report $(DEMO)/report --db $(DEMO)/store.duckdb --input $(DEMO)/dump/input.json
 	$(BIN)/rcalab detect --db $(DEMO)/store.duckdb --given $(DEMO)/dump/input.json --out $(DEMO)/detected.json
+
+# JupyterLab on notebooks/, bound to this machine, with the demo's store and questions preset; it prints the URL.
+notebook: setup
+	@test -f $(DEMO)/store.duckdb || (echo "no store at $(DEMO)/store.duckdb: run 'make demo' first" && exit 1)
+	$(BIN)/pip install --quiet -e '.[notebook]'
+	RCALAB_STORE=$(abspath $(DEMO))/store.duckdb RCALAB_INPUT=$(abspath $(DEMO))/dump/input.json \
+		$(BIN)/jupyter lab --no-browser --allow-root --ip 127.0.0.1 --ServerApp.root_dir=notebooks
 
 bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results
