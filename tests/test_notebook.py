@@ -96,3 +96,18 @@ async def run_cells(url: str, cells: list[str]) -> list[tuple[str, set[str]]]:
                 break
     ws.close()
     return outcomes
+
+
+def test_the_day_notebook_draws_the_timeline_and_links_every_incident_to_its_page(replay, replay_store, monkeypatch,
+                                                                                  tmp_path):
+    monkeypatch.setenv("RCALAB_STORE", str(replay_store[0]))
+    monkeypatch.setenv("RCALAB_INPUT", str(replay / "input.json"))
+    monkeypatch.setenv("RCALAB_PAGES", str(tmp_path / "pages"))
+    nb = nbformat.read(NOTEBOOK.with_name("day.ipynb"), as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert len([o for o in outputs if "image/png" in o.get("data", {})]) == 1
+    table = next(o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {}))
+    pages = sorted((tmp_path / "pages").glob("case-*.html"))
+    assert pages and all(f"href='{p.as_posix()}'" in table for p in pages)
