@@ -1,6 +1,7 @@
 """Benchmark of the agents side by side: on a stratified sample of each set (a simulated replay of a
 schedule, and each real labelled dump), `rank` and `llm` answer the same cases and are judged alike:
-final, LA, TA, explainability, unanswered and fallback cases, seconds, tokens and LLM calls a case."""
+final, LA, TA, explainability, APL, the share of traces whose fault's path is grounded, unanswered and fallback
+cases, seconds, tokens and LLM calls a case."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from reasoner.agent import openai_chat
 from reasoner.batch import run_batch
 from reasoner.llm import endpoint
 
+from .grounding import grounding
 from .report import transcript_figures
 from .scoring import score
 
@@ -33,13 +35,15 @@ def stratified(input_json: Path, truth: Path, per_type: int) -> list:
     return picked
 
 
-def judged(answers: Path, truth: Path, uuids: set[str], folder: Path) -> dict:
+def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path) -> dict:
+    uuids = {q.uuid for q in sample}
     sample_truth = folder / "truth.jsonl"
     sample_truth.write_text("".join(line + "\n" for line in truth.read_text().splitlines()
                                     if json.loads(line)["uuid"] in uuids))
     summary = score(sample_truth, answers).summary()
     figures = transcript_figures(answers, {}) or {}
-    return {**{k: summary[k] for k in ("final", "LA", "TA", "explainability", "cases", "answered")},
+    return {**{k: summary[k] for k in ("final", "LA", "TA", "explainability", "APL", "cases", "answered")},
+            "grounded": grounding(db, sample, answers)["grounded"],
             **{k: figures.get(k) for k in ("fallback", "seconds_per_case", "llm_calls_per_case",
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
 
@@ -58,5 +62,5 @@ def run(schedules: dict[str, Path], real: list[Path], per_type: int = 2, scale: 
                 folder.mkdir(parents=True)
                 answers = folder / "answers.jsonl"
                 run_batch(db, sample, answers, chats[agent], model=agent if agent == "rank" else model)
-                result[f"{name}/{agent}"] = judged(answers, truth, {q.uuid for q in sample}, folder)
+                result[f"{name}/{agent}"] = judged(answers, truth, db, sample, folder)
     return result

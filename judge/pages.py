@@ -22,6 +22,8 @@ from features.path import troubled, walked
 from rcalab.errors import OutputError, read_text
 from reasoner.batch import transcripts_path
 
+from .report import notebook_links
+
 AROUND = dt.timedelta(minutes=60)
 MAX_LINES = 15
 STYLE = ("body{font:14px sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}"
@@ -259,9 +261,10 @@ def by_uuid(path: Path) -> dict[str, dict]:
     return rows
 
 
-def write_pages(db: Path, questions: list[Question], answers: Path, folder: Path) -> dict[str, Path]:
+def write_pages(db: Path, questions: list[Question], answers: Path, folder: Path,
+                notebooks: dict[str, str] | None = None) -> dict[str, Path]:
     """One page per question (`<folder>/<n>.html`, in the questions' order), with its answer and transcript where
-    `answers` has them; returns uuid -> page."""
+    `answers` has them, and an index linking them (and the rendered `notebooks`); returns uuid -> page."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -282,6 +285,7 @@ def write_pages(db: Path, questions: list[Question], answers: Path, folder: Path
     index = "".join(f"<tr><td><a href='{pages[u].name}'>{html.escape(u)}</a></td><td>{html.escape(c)}</td>"
                     f"<td>{html.escape(r)}</td></tr>" for u, c, r in rows)
     (folder / "index.html").write_text(f"<!doctype html><meta charset='utf-8'><title>rcalab cases</title>"
-                                       f"<style>{STYLE}</style><h1>Cases</h1><table><tr><th>case</th>"
+                                       f"<style>{STYLE}</style><h1>Cases</h1>{notebook_links(notebooks or {})}"
+                                       "<table><tr><th>case</th>"
                                        f"<th>answer</th><th>reason</th></tr>{index}</table>")
     return pages

@@ -119,9 +119,19 @@ def _chart(by_type: dict) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def write_report(folder: Path, results: dict[str, dict], pages: dict[str, dict[str, str]] | None = None) -> Path:
+def notebook_links(notebooks: dict[str, str]) -> str:
+    """A paragraph linking the rendered notebooks (name -> page within the folder, or why it was not rendered)."""
+    if not notebooks:
+        return ""
+    said = [f"<a href='{html.escape(what)}'>{html.escape(name)}</a>" if what.endswith(".html")
+            else f"{html.escape(name)} ({html.escape(what)})" for name, what in notebooks.items()]
+    return f"<p>The notebooks, executed on this store: {', '.join(said)}.</p>"
+
+
+def write_report(folder: Path, results: dict[str, dict], pages: dict[str, dict[str, str]] | None = None,
+                 notebooks: dict[str, str] | None = None) -> Path:
     """`report.json` and a self-contained `report.html` (no server, no external files); where `pages` gives a case
-    page (per answers file, uuid -> its path within `folder`), the case links to it."""
+    page (per answers file, uuid -> its path within `folder`), the case links to it; `notebooks` are linked too."""
     pages = pages or {}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -131,6 +141,7 @@ def write_report(folder: Path, results: dict[str, dict], pages: dict[str, dict[s
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}</style>"]
     first = next(iter(results.values()))
     parts.append(f"<h1>rcalab judge</h1><p>Rule set: <b>{html.escape(first['summary']['rules'])}</b></p>")
+    parts.append(notebook_links(notebooks or {}))
     keys = ["final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"]
     parts.append("<table><tr><th>answers</th>" + "".join(f"<th>{k}</th>" for k in keys) + "</tr>")
     for name, r in results.items():

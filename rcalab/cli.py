@@ -273,8 +273,8 @@ def diagnose_table(result: dict) -> Table:
     table.add_column("measure")
     for name in result:
         table.add_column(name, justify="right")
-    for measure in ("final", "LA", "TA", "explainability", "cases", "answered", "fallback", "seconds_per_case",
-                    "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
+    for measure in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "answered", "fallback",
+                    "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
         table.add_row(measure.replace("_per_case", " a case").replace("_", " "),
                       *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
     return table
@@ -522,9 +522,12 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, 
                f"unanswered {len(report.failed)}, already answered {report.skipped} "
                f"-> {out} (transcripts: {transcripts_path(out)})")
     if pages:
+        from judge.notebooks import render_notebooks
         from judge.pages import write_pages
 
-        write_pages(db, questions, out, pages)
+        with working("running the notebooks on the store"):
+            notebooks = render_notebooks(db, input_, pages)
+        write_pages(db, questions, out, pages, notebooks)
         echo(f"pages: {pages / 'index.html'}")
     for uuid, why in report.fallback:
         echo(f"fallback: {uuid}: {why}", err=True)
@@ -609,12 +612,15 @@ def judge(truth, answers, rules, report, as_json, db, input_):
             for p in r["problems"][:20]:
                 echo(f"  {p}", err=True)
     if report:
-        pages = {}
+        pages, notebooks = {}, {}
         if db:
+            from judge.notebooks import render_notebooks
             from judge.pages import write_pages
 
             with working("writing case pages"):
                 for k, path in enumerate(answers, 1):
                     pages[str(path)] = {u: p.relative_to(report).as_posix() for u, p in
                                         write_pages(db, questions, path, report / f"cases-{k}").items()}
-        echo(f"report: {write_report(report, results, pages)}")
+            with working("running the notebooks on the store"):
+                notebooks = render_notebooks(db, input_, report)
+        echo(f"report: {write_report(report, results, pages, notebooks)}")

@@ -92,6 +92,14 @@ def test_the_judge_report_links_each_case_to_its_page(replay, replay_store, tmp_
     first = json.loads(answers.read_text().splitlines()[0])
     assert first["uuid"] in index and "case-0001.html" in index
     assert browse(tmp_path / "report" / "report.html", "--dump-dom").returncode == 0
+    # Both notebooks, executed on the store, rendered beside the report and linked from it; they open offline.
+    for name in ("explore_features", "day"):
+        assert f"<a href='{name}.html'>{name}.ipynb</a>" in report
+        rendered = tmp_path / "report" / f"{name}.html"
+        assert "data:image/png;base64," in rendered.read_text() and "http" not in rendered.read_text().split("<body")[0]
+        opened = browse(rendered, "--dump-dom")
+        assert opened.returncode == 0 and ":CONSOLE" not in opened.stderr, opened.stderr[-500:]
+    assert list((tmp_path / "report" / "day-pages").glob("case-*.html"))
 
 
 def test_the_judge_checks_that_the_fault_s_path_each_trace_walks_holds_in_the_store(replay, replay_store, tmp_path):
