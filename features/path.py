@@ -59,7 +59,9 @@ def _members(ranking: Ranking, component: str) -> set[str]:
 
 
 def _items(ranking: Ranking, component: str) -> list[Item]:
-    names = {component} | ranking.pods_of.get(component, set())
+    """What moved in a component, strongest first: in a service or its pods; in a pod or its service (whose
+    service-wide evidence, its calls and APM, the ranking gives its one anomalous replica)."""
+    names = _members(ranking, component)
     return sorted((it for it in ranking.items if it.component in names), key=strength)
 
 
