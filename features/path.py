@@ -141,13 +141,13 @@ def fault_path(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, caus
     """The way the fault took from an entry to `cause`: the path of calls, from any entry to the cause's service,
     that runs most along calls that failed or slowed and through components that moved, then the shortest; from
     its first component that moved (where the fault showed no further out). A pod cause ends the path in place of
-    its service; a node cause after its pod that moved most."""
+    its service; a node cause after its pod that moved most (where none moved, the node alone)."""
     service_of = _service_of(ranking)
     tail = [cause]
     if cause in set(ranking.node_of.values()) and cause not in service_of:
-        pods = sorted((p for p, n in ranking.node_of.items() if n == cause and p in service_of),
-                      key=lambda p: (-sum(it.blame for it in _items(ranking, p)), p))
-        tail = pods[:1] + [cause]
+        blame = {p: sum(it.blame for it in _items(ranking, p)) for p, n in ranking.node_of.items()
+                 if n == cause and p in service_of}
+        tail = sorted((p for p in blame if blame[p] > 0), key=lambda p: (-blame[p], p))[:1] + [cause]
     target = service_of.get(tail[0], tail[0])
     figures = _figures(con, w)
     moved = {it.component for it in ranking.items} | {service_of.get(it.component) for it in ranking.items}
