@@ -8,6 +8,11 @@ import re
 from dataclasses import dataclass
 
 from .evidence import Item
+from .ranker import MISSING_CALLS
+
+# Evidence the ranker made from other components' (a caller's missing calls, from its callees' falls): no check of
+# the component itself reads it, so none can find it gone.
+DERIVED = "derived"
 
 FAULT_TYPES = (
     "cpu stress", "memory stress", "network delay", "network loss", "network corrupt", "pod failure", "pod kill",
@@ -41,7 +46,7 @@ class Option:
     fault_type: str
     key: str  # the key metric or keyword, verbatim
     evidence: str  # the evidence line it rests on
-    kind: str = "metric"  # that evidence's kind (metric, changepoint, silence, log, trace)
+    kind: str = "metric"  # that evidence's kind (metric, changepoint, silence, log, trace), or DERIVED
 
 
 def fault_type(item: Item, level: str) -> str:
@@ -65,7 +70,7 @@ def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
         if kind not in found:
-            found[kind] = Option(kind, item.key, item.text, item.kind)
+            found[kind] = Option(kind, item.key, item.text, DERIVED if item.signal == MISSING_CALLS else item.kind)
         if len(found) == limit:
             break
     return list(found.values())

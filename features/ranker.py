@@ -41,6 +41,7 @@ ANOMALOUS = 0.2
 CARRIES = 0.5  # a replica whose own anomaly is at least this share of the strongest replica's carries the fault
 SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
 MAX_EVIDENCE = 4
+MISSING_CALLS = "missing calls"  # the signal of a caller's evidence the ranker derives from its callees' falls
 
 
 @dataclass
@@ -108,8 +109,8 @@ def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str
         if falls:
             score = max(s for s, _ in falls) * len(falls) / len(callees)
             names = ", ".join(sorted(b for _, b in falls))
-            found.append((caller, Item(caller, "trace", score, "missing calls",
-                                       f"calls from {caller} went missing: traffic of {names} fell", "missing calls")))
+            found.append((caller, Item(caller, "trace", score, MISSING_CALLS,
+                                       f"calls from {caller} went missing: traffic of {names} fell", MISSING_CALLS)))
     return found
 
 

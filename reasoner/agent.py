@@ -23,6 +23,7 @@ import openai
 from features.cases import Question
 from features.digest import build_digest
 from features.evidence import flat
+from features.options import DERIVED
 
 from .prompt import FAULT_TYPES, REASON_CHARS, fault_types_for, option_ids, step_schema, system_prompt, user_prompt
 from .rank import REASON_WORDS, evidence_steps, reason, trace_of, words
@@ -180,7 +181,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     def check(tool: str, target: str, keyword: str = "") -> str:
         done_calls.add((tool, target, keyword))
         found = run_tool(ctx, tool, target, keyword)
-        read = {checks_of(o)[0] for c, o in options.values() if c == target}
+        read = {checks_of(o)[0] for c, o in options.values() if c == target and o.kind != DERIVED}
         if found.text.startswith("no ") and tool in read and not keyword:
             contradicted.add(target)
         confirmed.setdefault(target, []).extend(found.keys)

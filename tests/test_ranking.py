@@ -213,7 +213,8 @@ def test_names_from_telemetry_cannot_forge_digest_lines(tiny):
     assert "2. adservice" in d.text.splitlines()[-1]  # the name stays, flattened into one line of data
 
 
-def test_a_caller_that_stops_calling_outranks_the_callees_that_go_quiet(tiny):
+def stops_calling(tiny: Tiny):
+    """checkout stops calling email and payment (an exception before the calls) while frontend still calls it."""
     for caller, callee in (("checkout", "email"), ("checkout", "payment"), ("frontend", "checkout")):
         tiny.con.execute("insert into declared_calls values (?, ?, 1)", [caller, callee])
     for service in ("frontend", "checkout", "email", "payment"):
@@ -221,7 +222,11 @@ def test_a_caller_that_stops_calling_outranks_the_callees_that_go_quiet(tiny):
         tiny.series(f"{service}-0", "request", 40.0, service=service, source="apm",
                     fault=0.0 if service in ("email", "payment") else None)
         tiny.series(f"{service}-0", "pod_memory_working_set_bytes", 3e8, service=service)
-    d = digest(tiny.done())
+    return tiny.done()
+
+
+def test_a_caller_that_stops_calling_outranks_the_callees_that_go_quiet(tiny):
+    d = digest(stops_calling(tiny))
     assert d.candidates[0].component == "checkout"
     assert "calls from checkout went missing" in d.text
 

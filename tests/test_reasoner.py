@@ -5,8 +5,10 @@ import re
 
 import duckdb
 import pytest
+from test_ranking import END, START, stops_calling, tiny  # noqa: F401 (a fixture)
+from test_ranking import digest as ranked_digest_of
 
-from features.cases import load_questions
+from features.cases import Question, load_questions
 from features.digest import build_digest
 from features.options import Option
 from features.path import read
@@ -310,3 +312,14 @@ def test_a_check_adds_to_the_reason_only_the_keys_of_the_checked_component_s_own
     own = Item("b-0", "trace", 0.5, "error calls", "trace a -> b: errors 0% -> 40% of 20 calls", "errors")
     found = _items([caller, own], "nothing", {"b", "b-0"})
     assert "A_B" in found.text and found.keys == ("error calls",)
+
+
+def test_no_check_of_a_caller_finds_gone_the_missing_calls_the_ranking_derived_from_its_callees(tiny, monkeypatch):
+    """Seen on the Online Boutique day: the caller's own traces and logs say nothing of calls it never made; its
+    callees' falls are the evidence. A check that finds nothing there opens no other candidate."""
+    con = stops_calling(tiny)
+    assert ranked_digest_of(con).options["checkout"][0].kind == "derived"
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no traced calls of checkout changed"))
+    chat = ScriptedChat(answer("2a", "pod failure"), answer("2a", "pod failure"))
+    out = agent.diagnose(chat, con, Question("case", START, END, ""), max_tools=0)
+    assert "1a" in chat.asked[0][1]["properties"]["option"]["enum"] and out.answer["component"] == "checkout"
