@@ -173,10 +173,13 @@ def call_graph(con, digest: Digest, path: list[str], w: Window):
                            cmap="OrRd", vmin=0, vmax=1, edgecolors=["tab:blue" if n in on_path else "#888"
                                                                     for n in calls],
                            linewidths=[3 if n in on_path else 0.5 for n in calls])
-    for n, label in nx.draw_networkx_labels(calls, pos, {n: _text(n) for n in calls}, ax=ax, font_size=8,
-                                            verticalalignment="bottom").items():
+    # Labels above their node, every other one of a layer below it, so that long names side by side do not overlap.
+    order = {n: i for i, n in enumerate(sorted(calls, key=lambda n: (calls.nodes[n]["layer"], pos[n][0])))}
+    for n, label in nx.draw_networkx_labels(calls, pos, {n: _text(n) for n in calls}, ax=ax, font_size=8).items():
+        below = order[n] % 2 == 1
         label.set_gid(f"component {n}")
-        label.set_position((pos[n][0], pos[n][1] + 0.06))
+        label.set_verticalalignment("top" if below else "bottom")
+        label.set_position((pos[n][0], pos[n][1] + (-0.06 if below else 0.06)))
     ax.margins(x=0.12, y=0.15)  # labels stay inside the picture
     ax.set_title(_text("calls, callers above what they call: red failed or slowed in the window; "
                        "thick, blue: the fault's path; darker: higher score"), fontsize=9)
