@@ -115,7 +115,7 @@ def level(con: duckdb.DuckDBPyConnection, w: Window) -> Level:
     if not ranked:
         return Level(w, 0.0, None)
     top = ranked[0].component
-    return Level(w, alarm(ranked), top, next((s for s, pods in ranking.pods_of.items() if top in pods), top))
+    return Level(w, alarm(ranked), top, ranking.service_of.get(top, top))
 
 
 def span(con: duckdb.DuckDBPyConnection) -> tuple[dt.datetime, dt.datetime] | None:

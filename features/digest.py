@@ -16,7 +16,7 @@ from .cases import Question
 from .detect import CANDIDATES, alarm, clear, confidence
 from .evidence import BASELINE, Window, flat
 from .options import Option, options
-from .path import Hop, fault_path, written
+from .path import Hop, fault_paths, written
 from .ranker import Candidate, rank_window
 
 MAX_TOKENS = 1500
@@ -53,7 +53,7 @@ def build_digest(con: duckdb.DuckDBPyConnection, q: Question) -> Digest:
     ranking = rank_window(con, w, CANDIDATES)
     ranked, node_of = ranking.candidates, ranking.node_of
     opts = {c.component: options(c.evidence, c.level) for c in ranked[:OPTION_CANDIDATES]}
-    paths = {c: fault_path(con, w, ranking, c) for c in opts}
+    paths = fault_paths(con, w, ranking, opts)
     window = (q.start.strftime("%Y-%m-%dT%H:%M:%SZ"), q.end.strftime("%Y-%m-%dT%H:%M:%SZ"))
     sure = confidence(con, w, alarm(ranked)) if ranked else None
     unready = [str(day) for day, in con.execute("select day from dirty_days where day between ? and ? order by day",

@@ -54,7 +54,7 @@ def walked(answer: dict) -> list[str]:
 
 def _members(ranking: Ranking, component: str) -> set[str]:
     """A component and what it stands for: a service its pods, a pod its service's calls."""
-    service = next((s for s, pods in ranking.pods_of.items() if component in pods), None)
+    service = ranking.service_of.get(component)
     return {component} | ranking.pods_of.get(component, set()) | ({service} if service else set())
 
 
@@ -90,42 +90,59 @@ def onset(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, item: Ite
     return con.execute(sql, params).fetchone()[0]
 
 
-def _hop(con, w: Window, ranking: Ranking, component: str) -> Hop:
-    items = _items(ranking, component)
-    onsets = [t for t in (onset(con, w, ranking, it) for it in items) if t is not None]
-    return Hop(component, items, min(onsets, default=None))
+class Walker:
+    """Walks chains of components in one window: the calls' figures read once, each component's evidence and
+    onset once, however many paths (the digest's candidates, a told path) go through it."""
 
+    def __init__(self, con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking):
+        self.con, self.w, self.ranking = con, w, ranking
+        self.figures = calls_by_edge(con, w)
+        self._seen: dict[str, tuple[list[Item], dt.datetime | None]] = {}
 
-def _service_of(ranking: Ranking) -> dict[str, str]:
-    return {p: s for s, pods in ranking.pods_of.items() for p in pods}
+    def hop(self, component: str) -> Hop:
+        if component not in self._seen:
+            items = _items(self.ranking, component)
+            onsets = [t for t in (onset(self.con, self.w, self.ranking, it) for it in items) if t is not None]
+            self._seen[component] = items, min(onsets, default=None)
+        return Hop(component, *self._seen[component])
+
+    def walk(self, chain: list[str]) -> list[Hop]:
+        """The hops of a chain of components, each with the traced call into the next."""
+        service_of = self.ranking.service_of
+        hops = [self.hop(c) for c in chain]
+        for a, b in zip(hops, hops[1:]):
+            a.call = self.figures.get((service_of.get(a.component, a.component),
+                                       service_of.get(b.component, b.component)))
+        return hops
 
 
 def _linked(ranking: Ranking, a: str, b: str) -> bool:
     """Whether `a` depends on `b` in the graph: a call between their services, a service's pod, a pod's node."""
-    g, service = ranking.graph, _service_of(ranking)
+    g, service = ranking.graph, ranking.service_of
     if g.has_edge(a, b):
         return True
     a, b = service.get(a, a), service.get(b, b)
     return g.has_edge(a, b) and g[a][b].get("kind") in ("call", "declared")
 
 
-def _walk(con, w: Window, ranking: Ranking, chain: list[str], figures: dict) -> list[Hop]:
-    """The hops of a chain of components, each with the traced call into the next."""
-    service_of = _service_of(ranking)
-    hops = [_hop(con, w, ranking, c) for c in chain]
-    for a, b in zip(hops, hops[1:]):
-        a.call = figures.get((service_of.get(a.component, a.component), service_of.get(b.component, b.component)))
-    return hops
-
-
-def _figures(con, w: Window) -> dict[tuple[str, str], dict]:
+def calls_by_edge(con, w: Window) -> dict[tuple[str, str], dict]:
+    """The traced calls' figures in the window and its baseline, by (caller, callee)."""
     return {(e["caller"], e["callee"]): e for e in call_figures(con, w)}
 
 
+def failed(call: dict) -> bool:
+    """A traced call's error share rose in the window."""
+    return call["err"] - call["err_before"] >= ERROR_RISE
+
+
+def slowed(call: dict) -> bool:
+    """A traced call's p95 grew by `MIN_RATIO` in the window."""
+    return bool(call["p95"] and call["p95_before"] and call["p95"] >= MIN_RATIO * call["p95_before"])
+
+
 def troubled(call: dict | None) -> bool:
-    """Whether a traced call failed or slowed in the window: its error share rose, its p95 grew by `MIN_RATIO`."""
-    return bool(call) and (call["err"] - call["err_before"] >= ERROR_RISE or
-                           bool(call["p95"] and call["p95_before"] and call["p95"] >= MIN_RATIO * call["p95_before"]))
+    """Whether a traced call failed or slowed in the window."""
+    return bool(call) and (failed(call) or slowed(call))
 
 
 def deviates(hop: Hop) -> bool:
@@ -133,32 +150,39 @@ def deviates(hop: Hop) -> bool:
     return bool(hop.items) or troubled(hop.call)
 
 
-def _calls(ranking: Ranking) -> nx.DiGraph:
-    return nx.DiGraph(sorted(call_edges(ranking.graph)))
+def calls_graph(g: nx.DiGraph) -> nx.DiGraph:
+    """The calls of a dependency graph alone, in a fixed order (ties between paths fall the same way every run)."""
+    return nx.DiGraph(sorted(call_edges(g)))
 
 
-def fault_path(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, cause: str) -> list[Hop]:
+def fault_paths(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, causes) -> dict[str, list[Hop]]:
+    """`fault_path` of each cause, walked together."""
+    walker = Walker(con, w, ranking)
+    return {cause: fault_path(walker, cause) for cause in causes}
+
+
+def fault_path(walker: Walker, cause: str) -> list[Hop]:
     """The way the fault took from an entry to `cause`: the path of calls, from any entry to the cause's service,
     that runs most along calls that failed or slowed and through components that moved, then the shortest; from
     its first component that moved (where the fault showed no further out). A pod cause ends the path in place of
     its service; a node cause after its pod that moved most (where none moved, the node alone)."""
-    service_of = _service_of(ranking)
+    ranking, figures = walker.ranking, walker.figures
+    service_of = ranking.service_of
     tail = [cause]
     if cause in set(ranking.node_of.values()) and cause not in service_of:
         blame = {p: sum(it.blame for it in _items(ranking, p)) for p, n in ranking.node_of.items()
                  if n == cause and p in service_of}
         tail = sorted((p for p in blame if blame[p] > 0), key=lambda p: (-blame[p], p))[:1] + [cause]
     target = service_of.get(tail[0], tail[0])
-    figures = _figures(con, w)
     moved = {it.component for it in ranking.items} | {service_of.get(it.component) for it in ranking.items}
-    calls = _calls(ranking)
+    calls = calls_graph(ranking.graph)
 
     def cost(a: str, b: str, _) -> int:  # a call that held costs more than one that failed, a quiet callee too
         return 1 + 2 * (not troubled(figures.get((a, b)))) + (b not in moved)
     ways = [(nx.dijkstra_path_length(calls, e, target, cost), nx.dijkstra_path(calls, e, target, cost))
             for e in sorted(entries(ranking.graph)) if target in calls and e in calls and nx.has_path(calls, e, target)]
     best = min(ways, key=lambda way: (way[0], len(way[1]), way[1]), default=(0, [target]))[1]
-    hops = _walk(con, w, ranking, best[:-1] + tail, figures)
+    hops = walker.walk(best[:-1] + tail)
     while len(hops) > 1 and not deviates(hops[0]):
         hops.pop(0)
     return hops
@@ -169,16 +193,15 @@ def ungrounded(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, path
     if not path:
         return ["no path"]
     found = []
-    service_of = _service_of(ranking)
-    calls = _calls(ranking)
-    first = service_of.get(path[0], path[0])
+    calls = calls_graph(ranking.graph)
+    first = ranking.service_of.get(path[0], path[0])
     if not any(e == first or (e in calls and first in calls and nx.has_path(calls, e, first))
                for e in entries(ranking.graph)):
         found.append(f"no call path leads from where the load comes in to {path[0]}")
     for a, b in zip(path, path[1:]):
         if not _linked(ranking, a, b):
             found.append(f"no call or placement links {a} to {b}")
-    hops = _walk(con, w, ranking, path, _figures(con, w) if len(path) > 1 else {})
+    hops = Walker(con, w, ranking).walk(path)
     found += [f"{h.component} did not leave its baseline" for h in hops if not deviates(h)]
     timed = [h for h in hops if h.onset is not None]
     for i, outer in enumerate(timed):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import networkx as nx
 
@@ -202,6 +203,11 @@ class Ranking:
     graph: nx.DiGraph
     pods_of: dict[str, set[str]]  # the pods of each service
     node_of: dict[str, str]  # each pod's node
+
+    @cached_property
+    def service_of(self) -> dict[str, str]:
+        """Each pod's service."""
+        return {p: s for s, pods in self.pods_of.items() for p in pods}
 
 
 def rank_window(con, w: Window, limit: int) -> Ranking:

@@ -16,9 +16,8 @@ from etl import store
 from features.cases import Question
 from features.digest import Digest, build_digest
 from features.evidence import Window
-from features.evidence.traces import call_figures
-from features.graph import CALLS, dependency_graph
-from features.path import troubled, walked
+from features.graph import dependency_graph
+from features.path import calls_by_edge, calls_graph, troubled, walked
 from rcalab.errors import OutputError, read_text
 from reasoner.batch import transcripts_path
 
@@ -140,7 +139,7 @@ def call_graph(con, digest: Digest, path: list[str], w: Window):
 
     g = dependency_graph(con, w)
     service_of = {p: s for s, p, k in g.edges(data="kind") if k == "has"}
-    calls = nx.DiGraph(sorted((a, b) for a, b, k in g.edges(data="kind") if k in CALLS))
+    calls = calls_graph(g)
     on_path = [service_of.get(c, c) for c in path]
     calls.add_nodes_from(on_path)
     score: dict[str, float] = {}
@@ -156,7 +155,7 @@ def call_graph(con, digest: Digest, path: list[str], w: Window):
             calls.nodes[n]["layer"] = max((calls.nodes[p]["layer"] + 1 for p in calls.predecessors(n)), default=0)
     pos = {n: (x, -y) for n, (y, x) in nx.multipartite_layout(calls, subset_key="layer").items()}
     widest = max(sum(1 for n in calls if calls.nodes[n]["layer"] == k) for k in {calls.nodes[n]["layer"] for n in calls})
-    figures = {(e["caller"], e["callee"]): e for e in call_figures(con, w)}
+    figures = calls_by_edge(con, w)
     path_edges = set(zip(on_path, on_path[1:]))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(8.0, 1.5 * widest), 1.2 * (1 + max(depth.values(), default=0)) + 2))

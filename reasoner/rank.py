@@ -7,10 +7,9 @@ import re
 from collections.abc import Sequence
 
 from features.digest import Digest
-from features.evidence import MIN_RATIO, fmt, signal_of
+from features.evidence import fmt, signal_of
 from features.evidence.logs import ERROR_WORDS, LEVELS, PLACEHOLDER
-from features.evidence.traces import ERROR_RISE
-from features.path import troubled, written
+from features.path import failed, slowed, troubled, written
 from features.ranker import UPWARD
 
 REASON_WORDS = 40
@@ -116,8 +115,8 @@ def _call(hop) -> str:
     c = hop.call
     if not troubled(c):
         return ""
-    said = [f"errors {c['err_before']:.0%}->{c['err']:.0%}"] if c["err"] - c["err_before"] >= ERROR_RISE else []
-    if c["p95"] and c["p95_before"] and c["p95"] >= MIN_RATIO * c["p95_before"]:
+    said = [f"errors {c['err_before']:.0%}->{c['err']:.0%}"] if failed(c) else []
+    if slowed(c):
         said.append(f"p95 {fmt(c['p95_before'] / 1000)}->{fmt(c['p95'] / 1000)} ms")
     return f"calls {', '.join(said)}"
 
@@ -165,9 +164,10 @@ def _metrics(items: list) -> list[str]:
     pods: dict[str, set[str]] = {}
     first: dict[str, str] = {}
     for e in items:
-        name = brief(e).split()[0]
+        said = brief(e)
+        name = said.split()[0]
         pods.setdefault(name, set()).add(e.component)
-        first.setdefault(name, f"{name}->0" if brief(e).endswith("->0") else brief(e))
+        first.setdefault(name, f"{name}->0" if said.endswith("->0") else said)
     strongest: dict[str, str] = {}  # of each signal; a metric of no known signal is its own
     for name in pods:
         strongest.setdefault(name if signal_of(name) == "other" else signal_of(name), name)
