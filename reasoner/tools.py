@@ -73,7 +73,7 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
         return Result(f"no log template of {flat(component, 60)}" + (f" contains '{flat(keyword, 40)}'" if keyword else ""))
     # A line of each template in the window fills its placeholders (a rule's or a callee's name), as the digest does.
     said = dict(ctx.con.execute("""
-        select template_id, any_value(message) from log_lines
+        select template_id, arg_min(message, (ts, message)) from log_lines
         where (component = ? or service = ?) and ts >= ? and ts < ? + interval 1 minute
         and template_id in (select unnest(?)) group by all""",
                                 [component, component, q.start, q.end, [i for _, i, _, _, _ in rows]]).fetchall())

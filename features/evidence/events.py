@@ -68,7 +68,7 @@ def changes(con, w: Window) -> dict[str, Change]:
         follow[r["service"], r["a"]][r["b"]] = (r["during"], r["p"])
         seen[r["service"], r["a"]] = max(seen.get((r["service"], r["a"]), 0), r["before"] or 0)
     found: dict[str, Change] = {}
-    for (service, a), nexts in follow.items():
+    for (service, a), nexts in sorted(follow.items()):  # ties go the same way every run
         n = sum(d for d, _ in nexts.values())
         if n < MIN_WINDOW or seen[service, a] < MIN_BASELINE:
             continue

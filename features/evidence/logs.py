@@ -79,7 +79,7 @@ def collect(con, w: Window) -> list[Item]:
     # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.
     spread = Counter(r["template_id"] for r in found)
     lines = {(r["component"], r["template_id"]): r["line"] for r in rows(con, """
-        select component, template_id, any_value(message) as line from log_lines
+        select component, template_id, arg_min(message, (ts, message)) as line from log_lines
         where ts >= ? and ts < ? + interval 1 minute and template_id in (select unnest(?)) group by all""",
         [w.start, w.end, list(spread)])} if found else {}
     items = []

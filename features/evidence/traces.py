@@ -101,7 +101,8 @@ def call_figures(con, w: Window) -> list[dict]:
                median(ret) filter (where not during) as ret_before,
                median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
                sum(answered) filter (where during) as answered
-        from e group by caller, callee having sum(calls) filter (where during) >= $min_calls""", _params(w))
+        from e group by caller, callee having sum(calls) filter (where during) >= $min_calls
+        order by caller, callee""", _params(w))  # the first of equal links wins, the same one every run
 
 
 def _link_score(e: dict) -> float:
