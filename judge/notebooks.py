@@ -6,27 +6,12 @@ from __future__ import annotations
 
 import html
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 RENDERED = ("explore_features.ipynb", "day.ipynb")
 STYLE = ("body{font:14px sans-serif;margin:2em;max-width:1200px}pre{white-space:pre-wrap;background:#f6f6f6;"
          "padding:6px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}img{max-width:100%}")
-
-
-@contextmanager
-def _environ(values: dict[str, str]):
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def render_notebooks(db: Path, input_json: Path, folder: Path) -> dict[str, str]:
@@ -40,20 +25,19 @@ def render_notebooks(db: Path, input_json: Path, folder: Path) -> dict[str, str]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     done: dict[str, str] = {}
-    env = {"RCALAB_STORE": str(Path(db).resolve()), "RCALAB_INPUT": str(Path(input_json).resolve()),
-           "RCALAB_PAGES": "day-pages"}
-    with _environ(env):
-        for name in RENDERED:
-            nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-            try:
-                NotebookClient(nb, timeout=900, kernel_name="python3",
-                               resources={"metadata": {"path": str(folder)}}).execute()
-            except CellExecutionError as e:
-                done[name] = f"failed: {str(e).strip().splitlines()[-1][:200]}"
-                continue
-            body, _ = HTMLExporter(template_name="basic").from_notebook_node(nb)
-            page = folder / name.replace(".ipynb", ".html")
-            page.write_text(f"<!doctype html><meta charset='utf-8'><title>{html.escape(name)}</title>"
-                            f"<style>{STYLE}</style>{body}")
-            done[name] = page.name
+    env = {**os.environ, "RCALAB_STORE": str(Path(db).resolve()), "RCALAB_INPUT": str(Path(input_json).resolve()),
+           "RCALAB_PAGES": "day-pages"}  # the kernel's own environment; this process's stays as it was
+    for name in RENDERED:
+        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+        try:
+            NotebookClient(nb, timeout=900, kernel_name="python3",
+                           resources={"metadata": {"path": str(folder)}}).execute(env=env)
+        except CellExecutionError as e:
+            done[name] = f"failed: {str(e).strip().splitlines()[-1][:200]}"
+            continue
+        body, _ = HTMLExporter(template_name="basic").from_notebook_node(nb)
+        page = folder / name.replace(".ipynb", ".html")
+        page.write_text(f"<!doctype html><meta charset='utf-8'><title>{html.escape(name)}</title>"
+                        f"<style>{STYLE}</style>{body}")
+        done[name] = page.name
     return done

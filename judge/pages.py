@@ -91,9 +91,10 @@ def key_metric_plot(con, digest: Digest, component: str, w: Window) -> str | Non
 
 def key_log_plot(con, digest: Digest, component: str, w: Window) -> str | None:
     """Where the answer's key is a log keyword: the lines that hold it per minute, an hour either side."""
-    key = next((o.key for o in digest.options.get(component, [])), None)
-    if not key or con.execute("select 1 from metric_points where metric = ? limit 1", [key]).fetchone():
+    option = next(iter(digest.options.get(component, [])), None)
+    if option is None or option.kind != "log":
         return None
+    key = option.key
     counts = con.execute("""
         select time_bucket(interval 1 minute, ts) as minute, count(*) from log_lines
         where (component = ? or service = ?) and ts between ? and ? and contains(message, ?) group by all order by 1""",
