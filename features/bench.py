@@ -235,7 +235,7 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
 
 def answer(con, incident: detect.Incident) -> str | None:
     """The component the rank agent names for a detected incident (as `diagnose` answers `detect --out`)."""
-    d = build_digest(con, Question("detected", incident.start, incident.end, ""))
+    d = build_digest(con, Question("detected", incident.peak.start, incident.peak.end, ""))
     return d.candidates[0].component if d.candidates else None
 
 

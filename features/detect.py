@@ -7,7 +7,11 @@ one scale on every store: a window is abnormal from `ABNORMAL` up. An incident i
 hysteresis, as alarms are: it needs one abnormal window, and it runs on, before and after it, over
 the windows in a row whose top candidate is the same culprit at `STAY` or more (a fault's first
 minutes fill only part of a window, and its strength wavers; back-to-back faults of other
-components are incidents of their own).
+components are incidents of their own). An incident's question asks about its strongest window, where its
+culprit stood out: the run's first and last windows also hold the ends of the faults before and after it,
+and a digest over the whole run can name one of those (an Online Boutique incident whose windows all
+named currencyservice, diagnosed over its 25 minutes, answered the checkoutservice fault that ended in its
+first minute).
 
 The confidence of an answer asks that its level stand out twice: against this day's normal, and
 on the scale all stores share. Most windows of a day are normal, so the median and the MAD of the
@@ -95,6 +99,7 @@ class Incident:
     end: dt.datetime
     score: float  # the strongest window's level
     confidence: float  # of its strongest window, against the scan's normal windows
+    peak: Window  # its strongest window, which its question asks about
     components: list[str] = field(default_factory=list)  # the windows' top candidates, most frequent first
 
 
@@ -197,19 +202,20 @@ def incidents(levels: list[Level]) -> list[Incident]:
     out = []
     for unit, run in groupby(levels, key=lambda lv: lv.unit if lv.score is not None and lv.score >= STAY else None):
         run = list(run)
-        best = max(lv.score or 0.0 for lv in run)
-        if unit is None or best < ABNORMAL:
+        peak = max(run, key=lambda lv: lv.score or 0.0)  # the first of equal windows
+        if unit is None or peak.score < ABNORMAL:
             continue
         names = [lv.component for lv in run if lv.component]
-        out.append(Incident(run[0].window.start, run[-1].window.end, round(best, 3),
-                            normal.confidence(best) if normal else 1.0,
+        out.append(Incident(run[0].window.start, run[-1].window.end, round(peak.score, 3),
+                            normal.confidence(peak.score) if normal else 1.0, peak.window,
                             sorted(set(names), key=lambda n: (-names.count(n), n))))
     return out
 
 
 def as_questions(found: list[Incident]) -> list[dict]:
-    """Incidents as the challenge's `input.json` entries."""
-    return [{"Anomaly Description": f"The system experienced an anomaly from {i.start:%Y-%m-%dT%H:%M:%SZ} to "
-                                    f"{i.end:%Y-%m-%dT%H:%M:%SZ}. Please infer the possible cause.",
-             "uuid": f"detected-{i.start:%Y%m%d-%H%M}", "components": i.components[:3], "score": i.score,
-             "confidence": i.confidence} for i in found]
+    """Incidents as the challenge's `input.json` entries, each asking about its strongest window; the whole run
+    goes beside it (`incident`)."""
+    return [{"Anomaly Description": f"The system experienced an anomaly from {i.peak.start:%Y-%m-%dT%H:%M:%SZ} to "
+                                    f"{i.peak.end:%Y-%m-%dT%H:%M:%SZ}. Please infer the possible cause.",
+             "uuid": f"detected-{i.start:%Y%m%d-%H%M}", "incident": f"{i.start:%Y-%m-%dT%H:%M:%SZ}/{i.end:%Y-%m-%dT%H:%M:%SZ}",
+             "components": i.components[:3], "score": i.score, "confidence": i.confidence} for i in found]

@@ -429,15 +429,15 @@ def detect(db, day, from_, to, out, given):
         return [q for q in known_cases if q.start <= end and start <= q.end]
 
     table = Table(title=f"incidents {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC")
-    for column in ("window", "score", "confidence", "components") + (("given",) if given else ()):
+    for column in ("window", "asks", "score", "confidence", "components") + (("given",) if given else ()):
         table.add_column(column)
     for i in found:
-        table.add_row(f"{i.start:%m-%d %H:%M}-{i.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
+        table.add_row(f"{i.start:%m-%d %H:%M}-{i.end:%H:%M}", f"{i.peak.start:%H:%M}-{i.peak.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
                       cell(", ".join(i.components[:3])),
                       *([cell(", ".join(q.uuid for q in overlapping(i.start, i.end)) or "none")] if given else []))
     for q in known_cases:
         if lo <= q.end and q.start <= hi and not any(i.start <= q.end and q.start <= i.end for i in found):
-            table.add_row(f"{q.start:%m-%d %H:%M}-{q.end:%H:%M}", "-", "-", "missed", cell(q.uuid))
+            table.add_row(f"{q.start:%m-%d %H:%M}-{q.end:%H:%M}", "-", "-", "-", "missed", cell(q.uuid))
     show(table)
     if out:
         check_output(out, db, b"[", "a questions file (a JSON list)")

@@ -55,7 +55,9 @@ def test_one_fault_is_one_incident_over_its_window(tmp_path):
     [question] = as_questions([incident])
     path = tmp_path / "input.json"
     path.write_text(json.dumps([question]))
-    assert load_questions(path)[0].start == incident.start  # diagnose takes it as it is
+    asked = load_questions(path)[0]
+    assert (asked.start, asked.end) == (incident.peak.start, incident.peak.end)  # its strongest window
+    assert question["incident"] == f"{incident.start:%Y-%m-%dT%H:%M:%SZ}/{incident.end:%Y-%m-%dT%H:%M:%SZ}"
 
 
 def test_a_gap_in_collection_is_no_incident(tmp_path):
@@ -84,6 +86,7 @@ def test_an_incident_runs_on_over_its_culprits_weaker_windows():
     weak, strong, low = (STAY + ABNORMAL) / 2, ABNORMAL + 0.1, STAY / 2
     [one] = incidents(levels((low, "a"), (weak, "cart"), (strong, "cart"), (weak, "cart"), (low, "a")))
     assert (one.start, one.end) == (T0 + STEP, T0 + 5 * STEP) and one.components == ["cart"]
+    assert one.peak == Window(T0 + 2 * STEP, T0 + 4 * STEP)  # what its question asks about
     assert incidents(levels((weak, "cart"), (weak, "cart"), (weak, "cart"))) == []  # never abnormal
     [other, cart] = incidents(levels((strong, "email"), (weak, "cart"), (strong, "cart")))  # back to back
     assert other.components == ["email"] and cart.start == T0 + STEP
