@@ -194,19 +194,18 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
     try:
         started = time.perf_counter()
         lo, hi = detect.span(con)
-        found = detect.incidents(detect.scan(con, lo, hi))
+        levels = detect.scan(con, lo, hi)
+        found = detect.incidents(levels)
         seconds = time.perf_counter() - started
         delays = [min((max(i.start - a, dt.timedelta(0)) for i in found if i.start <= b and a <= i.end),
                       default=None) for a, b in faults]
         caught = [d for d in delays if d is not None and d <= FOUND_WITHIN]
         on_time = [d for d in delays if d is not None and d <= ON_TIME]
         true_incidents = sum(any(i.start <= b and a <= i.end for a, b in faults) for i in found)
-        # As the nightly flow meets a fault: an incident over it, diagnosed by the rank agent, names its component.
-        named = [(i, answer(con, i)) for i in found]
-        found_and_named = sum(
-            any(i.start <= q.end and q.start <= i.end and top is not None
-                and hit(top, names(rows[q.uuid]), rows[q.uuid]["instance_type"] == "node") for i, top in named)
-            for q in questions)
+        answers: dict[Window, str | None] = {}
+        found_and_named, _ = flow(con, found, questions, rows, answers)
+        # The thresholds' alternatives, for fitting them on some days and reporting the others (`folds`).
+        grid = {f"{a:g} {s:g}": flow(con, detect.incidents(levels, a, s), questions, rows, answers) for a, s in GRID}
         fault_conf, quiet_conf = [], []
         for q in questions:
             d = build_digest(con, q)
@@ -224,13 +223,52 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
     right = [c for c, ok in fault_conf if ok and c is not None]
     return {"faults": len(faults), "incidents": len(found), "recall": round(len(caught) / len(faults), 3),
             "precision": round(true_incidents / len(found), 3) if found else None,
-            "found_and_named": round(found_and_named / len(faults), 3),
+            "found_and_named": found_and_named,
             "on_time": round(len(on_time) / len(faults), 3),
             "median_delay_minutes": round(statistics.median(d.total_seconds() / 60 for d in caught), 1) if caught else None,
             "detect_seconds": round(seconds, 1), "confidence_auroc": round(auroc, 3) if auroc is not None else None,
             "quiet_windows": len(quiet),
             "no_clear_on_quiet": round(sum(not detect.clear(c) for c in quiet) / len(quiet), 3) if quiet else None,
-            "no_clear_on_right": round(sum(not detect.clear(c) for c in right) / len(right), 3) if right else None}
+            "no_clear_on_right": round(sum(not detect.clear(c) for c in right) / len(right), 3) if right else None,
+            "grid": grid}
+
+
+# Detection's two thresholds (ABNORMAL, STAY) over a grid, for the leave-one-day-out fit of `folds`.
+GRID = [(a / 100, s / 100) for a in range(40, 95, 5) for s in range(20, a + 1, 5)]
+
+
+def flow(con, found: list[detect.Incident], questions: list[Question], rows: dict, answers: dict
+         ) -> tuple[float, float | None]:
+    """Found and named (the share of faults for which an incident over the fault, diagnosed by the rank agent as
+    `diagnose` answers `detect --out`, names its component) and precision (the share of incidents over a fault).
+    `answers` keeps the rank agent's answer per window, for the next call."""
+    for i in found:
+        if i.peak not in answers:
+            answers[i.peak] = answer(con, i)
+    named = sum(any(i.start <= q.end and q.start <= i.end and answers[i.peak] is not None
+                    and hit(answers[i.peak], names(rows[q.uuid]), rows[q.uuid]["instance_type"] == "node")
+                    for i in found) for q in questions)
+    true = sum(any(i.start <= q.end and q.start <= i.end for q in questions) for i in found)
+    return round(named / len(questions), 3), round(true / len(found), 3) if found else None
+
+
+def folds(result: dict, days: list[str]) -> list[dict]:
+    """Leave one day out: detection's thresholds fitted on the other days (the grid point with the best mean of
+    found-and-named and precision's harmonic mean) and reported on the day left out, beside the shipped ones."""
+    def f1(figures) -> float:
+        named, precision = figures
+        return 2 * named * precision / (named + precision) if named and precision else 0.0
+
+    shipped = f"{detect.ABNORMAL:g} {detect.STAY:g}"
+    out = []
+    for held in days:
+        others = [d for d in days if d != held]
+        fitted = max(result[held]["grid"], key=lambda k: (statistics.mean(f1(result[d]["grid"][k]) for d in others), k))
+        out.append({"day left out": held, "fitted on": ", ".join(others), "fitted": fitted,
+                    "found and named": result[held]["grid"][fitted][0], "precision": result[held]["grid"][fitted][1],
+                    "shipped": shipped, "found and named, shipped": result[held]["grid"][shipped][0],
+                    "precision, shipped": result[held]["grid"][shipped][1]})
+    return out
 
 
 def answer(con, incident: detect.Incident) -> str | None:

@@ -196,14 +196,14 @@ def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progr
     return levels
 
 
-def incidents(levels: list[Level]) -> list[Incident]:
-    """Runs of windows with the same culprit at STAY or more, those of them that reach ABNORMAL (hysteresis)."""
+def incidents(levels: list[Level], abnormal: float = ABNORMAL, stay: float = STAY) -> list[Incident]:
+    """Runs of windows with the same culprit at `stay` or more, those of them that reach `abnormal` (hysteresis)."""
     normal = Normal.of([lv.score for lv in levels if lv.score is not None])
     out = []
-    for unit, run in groupby(levels, key=lambda lv: lv.unit if lv.score is not None and lv.score >= STAY else None):
+    for unit, run in groupby(levels, key=lambda lv: lv.unit if lv.score is not None and lv.score >= stay else None):
         run = list(run)
         peak = max(run, key=lambda lv: lv.score or 0.0)  # the first of equal windows
-        if unit is None or peak.score < ABNORMAL:
+        if unit is None or peak.score < abnormal:
             continue
         names = [lv.component for lv in run if lv.component]
         out.append(Incident(run[0].window.start, run[-1].window.end, round(peak.score, 3),

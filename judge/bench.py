@@ -1,7 +1,8 @@
 """Benchmark of the agents side by side: on a stratified sample of each set (a simulated replay of a
 schedule, and each real labelled dump), `rank` and `llm` answer the same cases and are judged alike:
 final, LA, TA, explainability, APL, the share of traces whose fault's path is grounded, unanswered and fallback
-cases, seconds, tokens and LLM calls a case."""
+cases, seconds, tokens and LLM calls a case; and apart, the cases where the ranking is unsure, where a model could
+decide what the ranking cannot: how many, and the share of them each agent names right."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from etl import store
 from features.bench import REPLAY_SCALE, labelled_stores
 from features.cases import load_questions
+from features.digest import build_digest
 from reasoner.agent import openai_chat
 from reasoner.batch import run_batch
 from reasoner.llm import endpoint
@@ -21,6 +24,7 @@ from .report import transcript_figures
 from .scoring import score
 
 AGENTS = ("rank", "llm")
+CLOSE = 0.8  # a second candidate scoring this share of the first's: the ranking is unsure (chosen, not fitted)
 
 
 def stratified(input_json: Path, truth: Path, per_type: int) -> list:
@@ -35,14 +39,28 @@ def stratified(input_json: Path, truth: Path, per_type: int) -> list:
     return picked
 
 
-def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path) -> dict:
+def unsure(db: Path, sample: list) -> set[str]:
+    """The cases whose top candidate does not stand out (no clear root cause) or has a second within CLOSE."""
+    con = store.connect(db, read_only=True)
+    try:
+        digests = [build_digest(con, q) for q in sample]
+    finally:
+        con.close()
+    return {d.uuid for d in digests if not d.clear or (
+        len(d.candidates) > 1 and d.candidates[1].score >= CLOSE * d.candidates[0].score)}
+
+
+def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, doubtful: set[str]) -> dict:
     uuids = {q.uuid for q in sample}
     sample_truth = folder / "truth.jsonl"
     sample_truth.write_text("".join(line + "\n" for line in truth.read_text().splitlines()
                                     if json.loads(line)["uuid"] in uuids))
-    summary = score(sample_truth, answers).summary()
+    scored = score(sample_truth, answers)
+    summary = scored.summary()
     figures = transcript_figures(answers, {}) or {}
+    hard = [c for c in scored.cases if c.uuid in doubtful]
     return {**{k: summary[k] for k in ("final", "LA", "TA", "explainability", "APL", "cases", "answered")},
+            "unsure": len(hard), "LA_unsure": round(sum(c.component_ok for c in hard) / len(hard), 4) if hard else None,
             "grounded": grounding(db, sample, answers)["grounded"],
             **{k: figures.get(k) for k in ("fallback", "seconds_per_case", "llm_calls_per_case",
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
@@ -56,11 +74,12 @@ def run(schedules: dict[str, Path], real: list[Path], per_type: int = 2, scale: 
         chats = {"rank": None, "llm": openai_chat(client, model)}
         for name, db, input_json, truth in labelled_stores(tmp, schedules, real, scale, progress=progress):
             sample = stratified(input_json, truth, per_type)
+            doubtful = unsure(db, sample)
             for agent in AGENTS:
                 progress(f"{agent} on {len(sample)} cases of {name}")
                 folder = tmp / name / agent
                 folder.mkdir(parents=True)
                 answers = folder / "answers.jsonl"
                 run_batch(db, sample, answers, chats[agent], model=agent if agent == "rank" else model)
-                result[f"{name}/{agent}"] = judged(answers, truth, db, sample, folder)
+                result[f"{name}/{agent}"] = judged(answers, truth, db, sample, folder, doubtful)
     return result

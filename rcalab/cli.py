@@ -200,7 +200,7 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
                          progress=update)
         tables.append(diagnose_table(result))
     elif what == "detect":
-        from features.bench import DEMO_DAY, DETECT_RANDOM, detection, run
+        from features.bench import DEMO_DAY, DETECT_RANDOM, detection, folds, run
 
         days = {"simulated": DEMO_DAY}
         if random:
@@ -211,6 +211,10 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
             result |= run({"simulated, full scale": DEMO_DAY}, [], scale=1.0, seed=7, progress=update,
                           measure=detection)  # the day's volume of a real system: the scan's time
         tables.append(detect_table(result))
+        days = [Path(path).name for path in real]
+        if len(days) >= 2:
+            result["leave one day out"] = folds(result, days)
+            tables.append(folds_table(result["leave one day out"]))
     elif what == "testbed":
         from testbed.bench import SIGNATURE_SCALES, run, signatures
 
@@ -273,9 +277,10 @@ def diagnose_table(result: dict) -> Table:
     table.add_column("measure")
     for name in result:
         table.add_column(name, justify="right")
-    for measure in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "answered", "fallback",
+    for measure in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "unsure", "LA_unsure",
+                    "answered", "fallback",
                     "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
-        table.add_row(measure.replace("_per_case", " a case").replace("_", " "),
+        table.add_row(measure.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure").replace("_", " "),
                       *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
     return table
 
@@ -290,6 +295,15 @@ def detect_table(result: dict) -> Table:
         table.add_column(column.replace("_", " "), justify="right")
     for name, figures in result.items():
         table.add_row(cell(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
+    return table
+
+
+def folds_table(rows: list[dict]) -> Table:
+    table = Table(title="detection's thresholds (abnormal, stay) fitted on the other real days, on the day left out")
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column in ("day left out", "fitted on") else "right")
+    for row in rows:
+        table.add_row(*(cell(str(v)) for v in row.values()))
     return table
 
 

@@ -119,3 +119,24 @@ def test_detect_writes_questions_diagnose_takes(tmp_path):
     os.mkfifo(pipe)  # read, it would block forever
     result = CliRunner().invoke(cli, ["detect", "--db", str(tmp_path / "fault.duckdb"), "--out", str(pipe)])
     assert result.exit_code == 1 and "not a regular file" in result.output
+
+
+def test_the_bench_sets_apart_the_cases_where_the_ranking_is_unsure(tmp_path):
+    from judge.bench import unsure
+
+    path = tmp_path / "fault.duckdb"
+    day(path, fault=2.0).close()
+    fault = Question("fault", START, END, "")
+    quiet = Question("quiet", T0 + dt.timedelta(minutes=40), T0 + dt.timedelta(minutes=60), "")
+    assert unsure(path, [fault, quiet]) == {"quiet"}
+
+
+def test_thresholds_fitted_on_the_other_days_are_reported_on_the_day_left_out():
+    from features.bench import folds
+
+    shipped = f"{ABNORMAL:g} {STAY:g}"
+    grid = {"a": {shipped: (0.8, 0.9), "0.7 0.3": (1.0, 1.0)}, "b": {shipped: (0.8, 0.9), "0.7 0.3": (1.0, 1.0)},
+            "c": {shipped: (0.9, 0.9), "0.7 0.3": (0.5, 1.0)}}
+    rows = {r["day left out"]: r for r in folds({day: {"grid": g} for day, g in grid.items()}, ["a", "b", "c"])}
+    assert rows["c"]["fitted"] == "0.7 0.3" and rows["c"]["found and named"] == 0.5  # fitted on a and b, worse on c
+    assert rows["c"]["found and named, shipped"] == 0.9 and rows["c"]["fitted on"] == "a, b"
