@@ -115,9 +115,12 @@ def cli():
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True, max=10), default=0.01, show_default=True,
               help="Volume of traces and logs; 1.0 is a real day (millions of spans).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
+@click.option("--format", "fmt", type=click.Choice(["challenge2025", "otlp"]), default="challenge2025",
+              show_default=True, help="The layout: the 2025 challenge's parquet, or OpenTelemetry's OTLP/JSON lines "
+                                      "as the Collector's file exporter writes them.")
 @reports_errors
-def simulate(out, schedule, cases, limit, scale, seed):
-    """Write a simulated HipsterShop dump with labelled faults in the 2025 challenge layout.
+def simulate(out, schedule, cases, limit, scale, seed, fmt):
+    """Write a simulated HipsterShop dump with labelled faults in the 2025 challenge layout (or OTLP).
 
     OUT gets one folder per CST day the cases touch, plus groundtruth.jsonl and input.json.
 
@@ -132,10 +135,18 @@ def simulate(out, schedule, cases, limit, scale, seed):
     topo = Topology.build(seed)
     todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
     steps = 25 * len(case_days(todo))
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
+            tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as tmp:
         task = bar.add_task("simulating", total=steps)
-        summary = run(out, todo, topo, scale=scale, seed=seed,
+        parquet = out if fmt == "challenge2025" else Path(tmp) / "dump"
+        summary = run(parquet, todo, topo, scale=scale, seed=seed,
                       progress=lambda what: bar.update(task, advance=1, description=what))
+        if fmt == "otlp":
+            from testbed.otlp import write_otlp
+
+            bar.update(task, description="writing OTLP")
+            summary.files = write_otlp(parquet, out)
+            summary.bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     echo(f"wrote {len(todo)} cases over {len(summary.days)} day(s) ({', '.join(summary.days)}) to {out}: "
                f"{summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
                f"{summary.log_lines:,} log lines")
@@ -329,7 +340,7 @@ def signature_table(replays: dict) -> Table:
 @cli.command()
 @click.argument("dump", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--db", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The DuckDB store.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "challenge2025", "nezha"]), default="auto",
+@click.option("--format", "fmt", type=click.Choice(["auto", "challenge2025", "nezha", "otlp"]), default="auto",
               show_default=True, help="Dump layout; auto detects it.")
 @reports_errors
 def etl(dump, db, fmt):

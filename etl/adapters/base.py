@@ -28,3 +28,11 @@ class Query:
 def ident(name: str) -> str:
     """A SQL identifier for any column name: double-quoted, inner quotes doubled."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def record_text(column: str) -> str:
+    """The words of a log line for its template: a JSON record's severity, level, message and error fields (a
+    structured logger's line), the line itself otherwise."""
+    return (f"case when json_valid({column}) then concat_ws(' ', json_extract_string({column}, '$.severity'), "
+            f"json_extract_string({column}, '$.level'), json_extract_string({column}, '$.message'), "
+            f"json_extract_string({column}, '$.error')) else {column} end")

@@ -9,7 +9,7 @@ import duckdb
 
 from rcalab.errors import LoadError
 
-from .base import InputFile, Query, ident
+from .base import InputFile, Query, ident, record_text
 
 NAME = "challenge2025"
 APM_METRICS = ("request", "response", "rrt", "rrt_max", "error", "client_error", "server_error", "timeout",
@@ -61,10 +61,7 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
     if file.kind == "log":
         return Query(f"""
         select {UTC_TS.format('"@timestamp"')} as ts, k8_pod as component, {SERVICE_OF_POD.format('k8_pod')} as service,
-               k8_node_name as node, message,
-               case when json_valid(message) then concat_ws(' ', json_extract_string(message, '$.severity'),
-                    json_extract_string(message, '$.level'), json_extract_string(message, '$.message'),
-                    json_extract_string(message, '$.error')) else message end as text,
+               k8_node_name as node, message, {record_text('message')} as text,
                cast(null as text) as trace_id, cast(null as text) as span_id
         from {src}""", params)
     if file.kind == "trace":

@@ -1,0 +1,122 @@
+"""OpenTelemetry's OTLP/JSON in: the simulated demo day written as the Collector's file exporter would loads and
+ranks as its parquet twin does; requests encoded by the OpenTelemetry protobuf messages' own JSON form (base64
+ids, enum names) load, with their spans' errors, logs in their spans, a counter's increases and a histogram's
+quantile."""
+
+import datetime as dt
+import gzip
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (AGGREGATION_TEMPORALITY_CUMULATIVE, Gauge, Histogram,
+                                                       HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
+                                                       ScopeMetrics, Sum)
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+from etl.adapters import adapter_for
+from features.cases import load_questions
+from features.digest import build_digest
+from features.refresh import nightly
+from testbed.otlp import write_otlp
+from testbed.schedule import load_schedule
+from testbed.simulate import simulate
+from testbed.topology import Topology
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo-schedule.jsonl"
+T0 = dt.datetime(2025, 6, 6, 8, 0)
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """The demo's six faults simulated once, loaded from the challenge's parquet and from OTLP."""
+    root = tmp_path_factory.mktemp("twins")
+    topo = Topology.build(0)
+    simulate(root / "parquet", load_schedule(DEMO, topo), topo, scale=0.005, seed=0)
+    write_otlp(root / "parquet", root / "otlp")
+    for layout in ("parquet", "otlp"):
+        nightly(root / layout, root / f"{layout}.duckdb")
+    return root
+
+
+def test_an_otlp_day_loads_and_ranks_as_its_parquet_twin(twins):
+    assert adapter_for(twins / "otlp").NAME == "otlp"
+    assert not list((twins / "otlp").rglob("*.parquet"))
+    questions = load_questions(twins / "otlp" / "input.json")
+    assert len(questions) == 6
+    tops = {}
+    for layout in ("parquet", "otlp"):
+        con = duckdb.connect(str(twins / f"{layout}.duckdb"), read_only=True)
+        tops[layout] = [(d.candidates[0].component, round(d.candidates[0].score, 6))
+                        for d in (build_digest(con, q) for q in questions)]
+        counts = [con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("metric_points", "spans", "log_lines")]
+        tops[layout].append(counts)
+        con.close()
+    assert tops["otlp"] == tops["parquet"]
+
+
+def _resource(**attrs) -> Resource:
+    return Resource(attributes=[KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in attrs.items()])
+
+
+def _nanos(minute: float) -> int:
+    return int((T0 + dt.timedelta(minutes=minute)).replace(tzinfo=dt.timezone.utc).timestamp() * 1e9)
+
+
+def _lines(path: Path, *requests) -> None:
+    with gzip.open(path, "wt") as f:
+        for r in requests:
+            f.write(json.dumps(MessageToDict(r)) + "\n")
+
+
+def test_requests_in_the_protobuf_messages_json_form_load(tmp_path):
+    dump = tmp_path / "collector"
+    dump.mkdir()
+    cart = _resource(**{"service.name": "cart", "k8s.pod.name": "cart-0", "k8s.node.name": "node-1"})
+    trace, server, client = bytes.fromhex("0af7651916cd43dd8448eb211c80319c"), bytes(range(1, 9)), bytes(range(9, 17))
+    spans = ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=cart, scope_spans=[ScopeSpans(spans=[
+        Span(trace_id=trace, span_id=server, name="GetCart", kind=Span.SPAN_KIND_SERVER,
+             start_time_unix_nano=_nanos(1), end_time_unix_nano=_nanos(1) + 50_000_000,
+             status=Status(code=Status.STATUS_CODE_ERROR)),
+        Span(trace_id=trace, span_id=client, parent_span_id=server, name="redis GET", kind=Span.SPAN_KIND_CLIENT,
+             start_time_unix_nano=_nanos(1) + 1_000_000, end_time_unix_nano=_nanos(1) + 2_000_000)])])])
+    logs = ExportLogsServiceRequest(resource_logs=[ResourceLogs(resource=cart, scope_logs=[ScopeLogs(log_records=[
+        LogRecord(time_unix_nano=_nanos(1) + 10, severity_text="ERROR", trace_id=trace, span_id=server,
+                  body=AnyValue(string_value="could not reach redis-cart"))])])])
+    counter = [NumberDataPoint(time_unix_nano=_nanos(m), as_int=100 * m * m) for m in range(3)]
+    histogram = [HistogramDataPoint(time_unix_nano=_nanos(m), count=100 * m, sum=10.0 * m,
+                                    bucket_counts=[50 * m, 40 * m, 10 * m], explicit_bounds=[0.1, 0.5])
+                 for m in range(3)]
+    metrics = ExportMetricsServiceRequest(resource_metrics=[ResourceMetrics(resource=cart, scope_metrics=[ScopeMetrics(
+        metrics=[Metric(name="cpu", gauge=Gauge(data_points=[NumberDataPoint(time_unix_nano=_nanos(0), as_double=0.5)])),
+                 Metric(name="requests", sum=Sum(data_points=counter, is_monotonic=True,
+                                                 aggregation_temporality=AGGREGATION_TEMPORALITY_CUMULATIVE)),
+                 Metric(name="latency", histogram=Histogram(
+                     data_points=histogram, aggregation_temporality=AGGREGATION_TEMPORALITY_CUMULATIVE))])])])
+    _lines(dump / "traces.jsonl.gz", spans)
+    _lines(dump / "logs.jsonl.gz", logs)
+    _lines(dump / "metrics.jsonl.gz", metrics)
+    (dump / "notes.json").write_text('{"not": "telemetry"}\n')
+    db = tmp_path / "store.duckdb"
+    report = nightly(dump, db)
+    assert report.format == "otlp" and not report.failed and len(report.loaded) == 3
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("select span_id, parent_span_id, kind, status_code, duration_us, service, pod, node "
+                       "from spans order by ts").fetchall() == [
+        ("0102030405060708", None, "server", 2, 50_000, "cart", "cart-0", "node-1"),
+        ("090a0b0c0d0e0f10", "0102030405060708", "client", 0, 1_000, "cart", "cart-0", "node-1")]
+    assert con.execute("select trace_id, span_id, level, message from log_lines").fetchall() == [
+        ("0af7651916cd43dd8448eb211c80319c", "0102030405060708", "ERROR", "could not reach redis-cart")]
+    assert con.execute("select metric, value from metric_points order by metric, ts").fetchall() == [
+        ("cpu", 0.5), ("latency_count", 100.0), ("latency_count", 100.0), ("latency_mean", 0.1), ("latency_mean", 0.1),
+        ("latency_p95", 0.5), ("latency_p95", 0.5), ("requests", 100.0), ("requests", 300.0)]
+    assert con.execute("select distinct component, component_kind, source from metric_points").fetchall() == [
+        ("cart-0", "pod", "otlp")]
