@@ -8,7 +8,7 @@ import duckdb
 import pytest
 from test_ranking import END, MINUTES, T0, Tiny, digest, during
 
-from features.evidence import Window, events
+from features.evidence import Window, events, traces
 from features.refresh import nightly
 
 FRONT = ["F.c.FrontController#10", "F.c.FrontController#20"]
@@ -160,3 +160,17 @@ def test_the_notebook_shows_a_code_level_case_s_broken_pair(tiny, tmp_path, monk
     assert len([o for o in outputs if "image/png" in o.get("data", {})]) == 3
     text = "".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs)
     assert "order: o.s.OrderServiceImpl#5_o.s.OrderServiceImpl#7" in text
+
+
+def test_a_slow_link_from_another_caller_does_not_explain_a_path_change(tiny):
+    """Seen on a Train Ticket morning: a service threw in its own code while a callee of its had one slow link
+    in from another caller; counted as the callee's trouble, it made the thrower an echo."""
+    for caller in ("x", "y", "w"):  # three of order's four callers reach it over slow links, front does not
+        tiny.chain([caller, "order"], slow="order", gap_us=60_000_000)
+        tiny.chain([caller, "z"])
+    con = logged_traces(tiny, front_fault=[FRONT[0], "F.c.FrontController#30"])
+    slow = [i for i in traces.collect(con, window()) if i.signal == "link" and i.component == "order"]
+    assert slow and slow[0].peer != "front" and slow[0].share < 1
+    found = {i.component: i for i in events.collect(con, window())}
+    assert slow[0].blame >= 0.5 * found["front"].score  # as much as would explain front's change, were it on its way
+    assert not found["front"].echo

@@ -337,3 +337,36 @@ def test_a_resource_share_that_took_most_of_its_headroom_is_strong_evidence_howe
     assert headroom_taken("CpuUsageRate(%)", 0.5, 3) < 0.05  # an idle pod's blip
     assert headroom_taken("node_memory_MemAvailable_bytes", 16e9, 4e9) == 0  # no capacity in its name
     assert headroom_taken("error_ratio", 0, 90) == 0  # not a resource
+
+
+def test_a_line_that_names_another_service_reports_that_service_not_its_logger(tiny):
+    """Seen on a Train Ticket day: 'threw exception [... No instances available for ts-config-service]' in a
+    service that was fine outranked the service whose CPU was taken."""
+    for service in ("seat", "seat-config", "config"):
+        tiny.place(f"{service}-0", service)
+        tiny.log(f"{service}-0", service, f"INFO {service} handled request", 5)
+    tiny.log("seat-0", "seat", "ERROR threw exception: No instances available for config", 10, only_window=True)
+    tiny.log("seat-config-0", "seat-config", "ERROR dial tcp: lookup config on 10.0.0.10:53: no such host", 10,
+             only_window=True)
+    items = logs.collect(tiny.done(), Window(START, END))
+    assert [(i.component, i.echo, i.peer) for i in items if "instances" in i.line] == [("seat-0", True, "config")]
+    # A cluster's DNS answers for a service whatever its health: a name that does not resolve is the resolver's.
+    assert [(i.component, i.echo) for i in items if "host" in i.line] == [("seat-config-0", False)]
+
+
+def test_a_caller_s_self_time_is_its_wait_on_a_slow_call_however_few_its_calls(tiny):
+    """Seen on a Train Ticket day: a caller's spans took a second longer while its calls into the delayed
+    service took as long; one such call in the window is too few to score the link, not to explain the wait."""
+    rows, window_calls = [], 0
+    for i in range(MINUTES):
+        for k in range(4):
+            trace, ts = f"p-{i}-{k}", T0 + dt.timedelta(minutes=i, seconds=k)
+            calls = not during(i) or window_calls < 2  # the rest of the window's calls never answered: no span
+            window_calls += calls and during(i)
+            rows.append((trace, f"{trace}-0", None, ts, 1_000_000 if during(i) else 30_000, "p", "p-0", "node-1",
+                         "op", None, None, 1))
+            if calls:
+                rows.append((trace, f"{trace}-1", f"{trace}-0", ts, 10_000, "t", "t-0", "node-1", "op", None, None, 1))
+    tiny.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    selves = [i for i in traces.collect(tiny.done(), Window(START, END)) if i.signal == "self time"]
+    assert [(i.component, i.echo) for i in selves] == [("p", True)] and "waiting on t" in selves[0].text

@@ -94,13 +94,17 @@ def collect(con, w: Window) -> list[Item]:
                                        where {DURING} and callee is not null and caller <> callee""",
                                    {"start": w.start, "end": w.end}).fetchall())
     # What else changes a caller's path: a callee that got slower or fails (a timeout takes another branch).
-    troubled: dict[str, float] = {}
-    for it in traces.collect(con, w):
-        if it.signal in TROUBLE and not it.echo:
-            troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
+    # A component's own trouble reaches all its callers; a slow link among healthy ones (the share of the
+    # component's links that are slow below 1) only the callers whose calls run over it.
+    trouble = [it for it in traces.collect(con, w) if it.signal in TROUBLE and not it.echo]
     items = []
     for c in changed.values():
-        below = {d for d in (nx.descendants(calls, c.service) if c.service in calls else ())
+        under = nx.descendants(calls, c.service) if c.service in calls else set()
+        troubled: dict[str, float] = {}
+        for it in trouble:
+            if it.share == 1.0 or it.peer == c.service or it.peer in under:
+                troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
+        below = {d for d in under
                  if max(troubled.get(d, 0.0), changed[d].score if d in changed else 0.0) >= EXPLAINS * c.score}
         a, b, taken = (names.get(e, e) for e in (c.a, c.b, c.taken))
         text = (f"events of {c.service}: '{flat(a, 60)}' was followed by '{flat(b, 60)}' in {c.before:.0%} of "

@@ -4,7 +4,12 @@ quoted wherever it is shown.
 
 A template that surges in several components at once is shared among them; a steady template
 that stops while its component goes on logging counts too. The baseline is the hour before; where a dump keeps logs only around incidents (no lines in
-that hour), it is every other logged minute within `TRACE_REACH`, as for traces."""
+that hour), it is every other logged minute within `TRACE_REACH`, as for traces.
+
+A line that names another service of the system ("No instances available for ts-train-service", "connection
+refused by cartservice") reports trouble reaching that service: it is an echo on the component that logs it.
+Not a name that failed to resolve ("lookup redis-cart on 10.0.0.10:53: no such host"): a cluster's DNS
+answers for a service whatever its health, so the resolving pod's own resolver failed."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ VANISHED = 0.6
 STEADY = 0.9  # share of the baseline's minutes a template must appear in for its stop to count
 MIN_EXPECTED = 10.0  # lines a vanished template would have written in the window at its rate before
 KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
+RESOLVER = re.compile(r"no such host|\blookup\b|name resolution|could not resolve|unknown ?host|NXDOMAIN", re.I)
 HEX_ID = re.compile(r"^[0-9a-fA-F]{12,}$")  # a trace or span id a line carries is no keyword
 LEVELS = re.compile(r"^(trace|debug|info|notice|warn|warning|error|err|fatal|critical|severe)$", re.I)
 
@@ -49,6 +55,14 @@ def keyword(template: str) -> str:
     return max(words, key=len, default="")
 
 
+def named(line: str, services: list[str]) -> str | None:
+    """The first of `services` the line names as a whole word (the longest where one name holds another)."""
+    for service in sorted(services, key=len, reverse=True):
+        if re.search(rf"(?<![\w-]){re.escape(service)}(?![\w-])", line):
+            return service
+    return None
+
+
 def baseline_minutes(con, w: Window) -> tuple[str, list]:
     """A SQL condition on `minute` for the baseline, and its parameters, and how many logged minutes it has."""
     hour = ("minute >= ? and minute < ?", [w.start - BASELINE, w.start - GAP])
@@ -66,11 +80,12 @@ def collect(con, w: Window) -> list[Item]:
     condition, params, base_minutes = baseline_minutes(con, w)
     base_minutes = max(base_minutes, 1)
     found = rows(con, f"""
-        with d as (select component, template_id, sum(lines) / ? as rate, sum(errors) as errors
+        with d as (select component, any_value(service) as service, template_id, sum(lines) / ? as rate,
+                          sum(errors) as errors
                    from log_template_minute where minute >= ? and minute <= ? group by all),
              b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
                    where {condition} group by all)
-        select d.component, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before, d.errors
+        select d.component, d.service, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before, d.errors
         from d join log_templates t using (template_id) left join b using (component, template_id)
         where d.rate > 2 * coalesce(b.rate, 0) + 0.05
         order by d.rate - coalesce(b.rate, 0) desc limit 200""",
@@ -82,6 +97,7 @@ def collect(con, w: Window) -> list[Item]:
         select component, template_id, arg_min(message, (ts, message)) as line from log_lines
         where ts >= ? and ts < ? + interval 1 minute and template_id in (select unnest(?)) group by all""",
         [w.start, w.end, list(spread)])} if found else {}
+    others = [s for s, in con.execute("select distinct service from placement where service is not null").fetchall()]
     items = []
     for r in found:
         errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(r["template"]))
@@ -89,9 +105,10 @@ def collect(con, w: Window) -> list[Item]:
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         new += f", {r['errors']} at error level" if r["errors"] else ""
         said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
+        peer = None if RESOLVER.search(said) else named(said, [s for s in others if s != r["service"]])
         items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(said),
                           f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log",
-                          line=said))
+                          echo=peer is not None, peer=peer, line=said))
     # A template that was steady and stops (a heartbeat, a worker loop) while the component still logs.
     for r in rows(con, f"""
             with b as (select component, template_id, sum(lines) / ? as rate from log_template_minute

@@ -64,7 +64,8 @@ def collect(con, w: Window) -> list[Item]:
             items.append(Item(s["service"], "trace", min(1.0, s["err"] - s["err_before"]) ** 0.5, "error spans",
                               f"trace errors start in {s['service']}: {s['err_before']:.0%} -> {s['err']:.0%} of spans",
                               "error origin"))
-    edges = call_figures(con, w)
+    traced = call_figures(con, w, min_calls=1)
+    edges = [e for e in traced if e["calls"] >= MIN_CALLS]
     slow = {(e["caller"], e["callee"]): _link_score(e) for e in edges}
     for e in edges:
         rise = e["err"] - e["err_before"]
@@ -75,8 +76,9 @@ def collect(con, w: Window) -> list[Item]:
                               f"of {e['calls']} calls{answer}", "errors"))
     for score, s in selves:
         # Without client spans (Nezha), a caller's self time holds its wait on a slow link: then it is an echo.
+        # The self time is measured on the caller's spans, so any of their calls can show the wait, however few.
         rise = s["during"] - s["before"]
-        waits = [e for e in edges if e["caller"] == s["service"] and e["gap"] is not None and e["gap_before"]
+        waits = [e for e in traced if e["caller"] == s["service"] and e["gap"] is not None and e["gap_before"]
                  and e["gap"] - e["gap_before"] >= 0.5 * rise and e["callee"] != s["service"]]
         on = f" (waiting on {waits[0]['callee']})" if waits else ""
         items.append(Item(s["service"], "trace", score, "span self time", f"trace self time of {s['service']} p95 "
@@ -85,9 +87,9 @@ def collect(con, w: Window) -> list[Item]:
     return items
 
 
-def call_figures(con, w: Window) -> list[dict]:
-    """Each traced call (caller -> callee) with calls in the window: errors, gap, return leg and p95 there and in
-    the baseline."""
+def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
+    """Each traced call (caller -> callee) with at least `min_calls` calls in the window: errors, gap, return leg
+    and p95 there and in the baseline."""
     return rows(con, f"""
         with e as (select {DURING} as during, minute, caller, callee, sum(calls) as calls, sum(errors) as errors,
                           max(gap_p95_us) as gap, max(offset_p90_us) as ret, max(p95_us) as p95,
@@ -102,7 +104,7 @@ def call_figures(con, w: Window) -> list[dict]:
                median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
                sum(answered) filter (where during) as answered
         from e group by caller, callee having sum(calls) filter (where during) >= $min_calls
-        order by caller, callee""", _params(w))  # the first of equal links wins, the same one every run
+        order by caller, callee""", {**_params(w), "min_calls": min_calls})  # the first of equal links wins, the same one every run
 
 
 def _link_score(e: dict) -> float:
