@@ -37,6 +37,7 @@ notebook: setup
 		$(BIN)/jupyter lab --no-browser --allow-root --ip 127.0.0.1 --ServerApp.root_dir=notebooks
 
 bench: setup
+	$(BIN)/pip install --quiet -e '.[baselines]'
 	$(BIN)/rcalab bench testbed --out bench/results
 	$(BIN)/rcalab bench etl --out bench/results
 	$(BIN)/rcalab bench rank --out bench/results

@@ -19,7 +19,7 @@ from scipy.stats import mannwhitneyu
 from etl import store
 from etl.cases import write_cases
 
-from . import detect
+from . import baselines, detect
 from .cases import Question, load_questions
 from .digest import build_digest
 from .evidence import Window
@@ -117,6 +117,11 @@ def hit(component: str, truth: set[str], node_fault: bool) -> bool:
     return component in truth or service_of(component) in truth or any(service_of(t) == component for t in truth)
 
 
+def _add(ac: list[float], found: list[bool]) -> None:
+    for k in range(len(ac)):
+        ac[k] += any(found[:k + 1])
+
+
 def ranking(db: Path, input_json: Path, truth: Path) -> dict:
     """Top-1 / top-3 overall and per fault type, and digest seconds, for every case of a store. A hit names the
     truth's service or one of its pods; top-1 exact names the very instance (the pod of a pod fault, the service
@@ -125,22 +130,37 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
     con = store.connect(db, read_only=True)
     per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # cases, top-1, top-3, top-1 at its level
     seconds = []
+    # AC@1..AC@5 of rcalab, of RCAEval's baselines where installed, and of chance, summed over the cases
+    ac: dict[str, list[float]] = defaultdict(lambda: [0.0] * baselines.K)
     try:
         for q in load_questions(input_json):
             started = time.perf_counter()
             digest = build_digest(con, q)
             seconds.append(time.perf_counter() - started)
             row = rows[q.uuid]
-            found = [hit(c.component, names(row), row["instance_type"] == "node") for c in digest.candidates]
+            node_fault = row["instance_type"] == "node"
+            found = [hit(c.component, names(row), node_fault) for c in digest.candidates]
             counts = per[row["fault_type"]]
             counts[0] += 1
             counts[1] += any(found[:1])
             counts[2] += any(found[:3])
             counts[3] += bool(digest.candidates) and digest.candidates[0].component in names(row)
+            _add(ac["rcalab"], found)
+            if baselines.methods():
+                wide, units = baselines.frame(con, q)
+                pool = sorted(set(units.values()))
+                right = [hit(u, names(row), node_fault) for u in pool]
+                for k in range(baselines.K):  # a random order of the same candidates
+                    ac["chance"][k] += sum(right) and min(k + 1, len(pool)) / len(pool)
+                for method, rank in baselines.methods().items():
+                    order = baselines.ranked_units(rank(wide, baselines.inject_time(q))["ranks"], units) \
+                        if wide is not None else []
+                    _add(ac[method], [hit(u, names(row), node_fault) for u in order])
     finally:
         con.close()
     n = sum(c[0] for c in per.values())
-    return {"cases": n, "top1": round(sum(c[1] for c in per.values()) / n, 3),
+    return {"cases": n, "AC": {who: {"AC@1": round(v[0] / n, 3), "AC@3": round(v[2] / n, 3),
+                                     "Avg@5": round(sum(v) / baselines.K / n, 3)} for who, v in ac.items()}, "top1": round(sum(c[1] for c in per.values()) / n, 3),
             "top3": round(sum(c[2] for c in per.values()) / n, 3),
             "top1_exact": round(sum(c[3] for c in per.values()) / n, 3),
             "digest_seconds_mean": round(sum(seconds) / n, 3), "digest_seconds_max": round(max(seconds), 3),

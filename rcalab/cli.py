@@ -202,7 +202,7 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
 
         with working("rank") as update:
             result = run(schedules, list(real), scale=scale or REPLAY_SCALE, progress=update)
-        tables.append(rank_table(result))
+        tables += [rank_table(result), baselines_table(result)]
     elif what == "diagnose":
         from judge.bench import run
 
@@ -280,6 +280,17 @@ def rank_table(result: dict) -> Table:
                           f"{t['top1_exact']:.2f}")
         table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
                       f"[bold]{r['top3']:.3f}[/]", f"[bold]{r['top1_exact']:.3f}[/]", end_section=True)
+    return table
+
+
+def baselines_table(result: dict) -> Table:
+    table = Table(title="beside RCAEval's metric baselines and chance (services; a pod counts as its service)")
+    for col in ("set", "method", "AC@1", "AC@3", "Avg@5"):
+        table.add_column(col, justify="left" if col in ("set", "method") else "right")
+    for name, r in result.items():
+        for i, (who, figures) in enumerate(r["AC"].items()):
+            table.add_row(cell(name), cell(who), *(f"{figures[k]:.3f}" for k in ("AC@1", "AC@3", "Avg@5")),
+                          end_section=i == len(r["AC"]) - 1)
     return table
 
 

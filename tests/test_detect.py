@@ -140,3 +140,15 @@ def test_thresholds_fitted_on_the_other_days_are_reported_on_the_day_left_out():
     rows = {r["day left out"]: r for r in folds({day: {"grid": g} for day, g in grid.items()}, ["a", "b", "c"])}
     assert rows["c"]["fitted"] == "0.7 0.3" and rows["c"]["found and named"] == 0.5  # fitted on a and b, worse on c
     assert rows["c"]["found and named, shipped"] == 0.9 and rows["c"]["fitted on"] == "a, b"
+
+
+def test_rcaeval_s_baselines_rank_the_same_windows_from_the_store(tmp_path):
+    from features import baselines
+
+    con = day(tmp_path / "fault.duckdb", fault=2.0)
+    wide, units = baselines.frame(con, Question("fault", START, END, ""))
+    assert units["cart_pod_cpu_usage"] == "cart" and "time" in wide.columns
+    assert set(baselines.methods()) == {"BARO", "n-sigma"}
+    for method, rank in baselines.methods().items():
+        order = baselines.ranked_units(rank(wide, baselines.inject_time(Question("f", START, END, "")))["ranks"], units)
+        assert order[0] == "cart", method  # cart-1's cpu and memory moved
