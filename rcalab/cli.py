@@ -7,7 +7,7 @@ import json
 import logging
 import tempfile
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import click
@@ -136,7 +136,7 @@ def simulate(out, schedule, cases, limit, scale, seed, fmt):
     todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
     steps = 25 * len(case_days(todo))
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
-            tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as tmp:
+            (tempfile.TemporaryDirectory() if fmt == "otlp" else nullcontext(out.parent)) as tmp:
         task = bar.add_task("simulating", total=steps)
         parquet = out if fmt == "challenge2025" else Path(tmp) / "dump"
         summary = run(parquet, todo, topo, scale=scale, seed=seed,
@@ -351,7 +351,7 @@ def signature_table(replays: dict) -> Table:
 @cli.command()
 @click.argument("dump", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--db", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The DuckDB store.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "challenge2025", "nezha", "otlp"]), default="auto",
+@click.option("--format", "fmt", type=click.Choice(["auto", "challenge2025", "nezha", "otlp", "rcaeval"]), default="auto",
               show_default=True, help="Dump layout; auto detects it.")
 @reports_errors
 def etl(dump, db, fmt):
@@ -580,7 +580,7 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, 
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
 @reports_errors
 def cases(dump, out):
-    """Write input.json and groundtruth.jsonl for a dump that carries its own labels (Nezha).
+    """Write input.json and groundtruth.jsonl for a dump that carries its own labels (Nezha, RCAEval).
 
     Example: rcalab cases ../shared/nezha-trainticket --out tt-cases
     """

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from rcalab.errors import DumpError
 
-from . import challenge2025, nezha, otlp
+from . import challenge2025, nezha, otlp, rcaeval
 from .base import InputFile, Query, ident
 
 __all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident"]
 
-ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha, "otlp": otlp}
+ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha, "otlp": otlp, "rcaeval": rcaeval}
 TABLES = {"metric": "metric_points", "log": "log_lines", "trace": "spans", "calls": "declared_calls"}
 
 

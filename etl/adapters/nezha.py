@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import LoadError
+from rcalab.errors import DumpError, LoadError, read_json
 
 from .base import InputFile, Query, ident
 
@@ -104,3 +105,45 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
            cast(null as text) as node, metric, value
     from (unpivot (select {time} as ts, {who} as component, {keep} from {src})
           on columns(* exclude (ts, component)) into name metric value value)""", params)
+
+
+WINDOW = dt.timedelta(minutes=3)  # the inject minute and the two after it, as the dump keeps them
+# Nezha fault types -> the nearest challenge fault type (used in `fault_description`).
+NEAREST = {"network_delay": "network delay", "cpu_contention": "cpu stress", "cpu_consumed": "cpu stress",
+           "exception": "code error", "return": "code error"}
+
+
+def labels(root: Path) -> list[dict]:
+    """Ground-truth rows from the fault lists (`*fault_list.json`, and `root_cause_*.json`'s indicators), by time."""
+    root = Path(root)
+    indicators_file = next(root.rglob("root_cause_*.json"), None)  # root_cause_ts.json, root_cause_hipster.json
+    indicators = read_json(indicators_file) if indicators_file else {}
+    if not isinstance(indicators, dict) or not all(isinstance(v, dict) for v in indicators.values()):
+        raise DumpError(f"{indicators_file}: expected an object of services, each an object of fault types")
+    system = indicators_file.stem.removeprefix("root_cause_") if indicators_file else ""  # Nezha's namespace
+    rows = []
+    for path in sorted(root.rglob("*fault_list.json")):
+        try:
+            faults = [f for hour in read_json(path).values() for f in hour]
+        except (AttributeError, TypeError) as e:
+            raise DumpError(f"{path}: not a fault list ({e})") from None
+        for i, fault in enumerate(faults):
+            try:
+                start = dt.datetime.fromisoformat(fault["inject_time"])  # UTC, like the telemetry
+                pod, kind = fault["inject_pod"], fault["inject_type"]
+                if not (isinstance(pod, str) and isinstance(kind, str)):
+                    raise ValueError("inject_pod and inject_type must be text")
+            except (KeyError, ValueError, TypeError) as e:
+                raise DumpError(f"{path}: fault {i}: {e}") from None
+            service = pod.rsplit("-", 2)[0]
+            indicator = indicators.get(service, {}).get(kind)
+            rows.append({
+                "fault_category": "nezha", "system": system, "fault_type": kind, "instance_type": "service",
+                "service": service, "instance": service, "source": "", "destination": "",
+                "start_time": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "end_time": (start + WINDOW).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "uuid": f"nezha-{start:%Y%m%d-%H%M%S}", "key_observations": [],
+                "key_metrics": [indicator] if indicator else [], "inject_pod": pod,
+                "fault_description": [kind.replace("_", " "), NEAREST.get(kind, kind.replace("_", " "))],
+            })
+    return sorted(rows, key=lambda r: r["start_time"])
