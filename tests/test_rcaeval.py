@@ -62,3 +62,9 @@ def test_rcaeval_case_folders_load_and_their_questions_are_answered(tmp_path):
         ("cpu",), ("latency-50",), ("mem",)]
     for q, row in zip(load_questions(cases / "input.json"), truth):
         assert build_digest(con, q).candidates[0].component == row["service"]
+    con.close()
+    answers = tmp_path / "answers.jsonl"
+    result = runner.invoke(cli, ["diagnose", "--agent", "rank", "--db", str(db), "--input", str(cases / "input.json"),
+                                 "--out", str(answers)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["component"] for line in answers.read_text().splitlines()] == [r["service"] for r in truth]
