@@ -39,6 +39,8 @@ from itertools import groupby
 import duckdb
 from scipy.stats import norm
 
+from etl.store import connect
+
 from .evidence import Window, store_file
 from .ranker import Candidate, rank_window
 
@@ -53,6 +55,7 @@ FLOOR = 0.05  # the least spread of normal levels: a store whose windows all sco
 DAY = dt.timedelta(hours=24)
 CANDIDATES = 5  # a window's candidates: a digest's, and those whose slow links can tell its level
 ROUND = dt.timedelta(minutes=5)  # reference windows' lengths, so that cases of about one length share them
+TASK_SECONDS = 1800.0  # a day's scan on a cluster's worker takes about 10 s; past this it is stuck
 
 
 @dataclass(frozen=True)
@@ -166,16 +169,23 @@ def confidence(con: duckdb.DuckDBPyConnection, w: Window, score: float) -> float
     return normal.confidence(score) if normal else None
 
 
-def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None
-         ) -> list[Level]:
-    """The level of every window from lo to hi, a window on each core: the time goes to the store's queries,
-    which release the interpreter while they run. Each query gets one core: a window's queries are small, and
-    DuckDB's own workers on them only contend with the other windows' (the scan takes a fifth longer)."""
-    windows = []
+def windows(lo: dt.datetime, hi: dt.datetime) -> list[Window]:
+    """The scan's windows from lo to hi: LENGTH long, one every STEP."""
+    out = []
     at = lo.replace(second=0, microsecond=0)
     while at < hi:
-        windows.append(Window(at, min(at + LENGTH, hi)))
+        out.append(Window(at, min(at + LENGTH, hi)))
         at += STEP
+    return out
+
+
+def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None,
+         cores: int | None = None, only: list[Window] | None = None) -> list[Level]:
+    """The level of every window from lo to hi (or of `only` those), a window on each core: the time goes to the
+    store's queries, which release the interpreter while they run. Each query gets one core: a window's queries
+    are small, and DuckDB's own workers on them only contend with the other windows' (the scan takes a fifth
+    longer)."""
+    todo = windows(lo, hi) if only is None else only
     cursors = threading.local()
 
     def one(w: Window) -> Level:
@@ -187,13 +197,38 @@ def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progr
     threads = int(con.execute("select current_setting('threads')").fetchone()[0])
     con.execute("set threads = 1")
     try:
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            for lv in pool.map(one, windows):
+        with ThreadPoolExecutor(max_workers=cores or os.cpu_count() or 1) as pool:
+            for lv in pool.map(one, todo):
                 levels.append(lv)
-                progress(len(levels), len(windows))
+                progress(len(levels), len(todo))
     finally:
         con.execute(f"set threads = {threads}")
     return levels
+
+
+def _day_levels(db: str, todo: list[Window]) -> list[Level]:
+    """A task of `scan_on`: the levels of one day's windows, the store opened read-only where the task runs."""
+    con = connect(db, read_only=True)
+    try:
+        return scan(con, todo[0].start, todo[-1].end, cores=1, only=todo)
+    finally:
+        con.close()
+
+
+def scan_on(client, db, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None,
+            timeout: float = TASK_SECONDS) -> list[Level]:
+    """`scan` with each day's windows a task on a Dask cluster (`client`, a `distributed.Client`): the store must
+    be a file every worker reaches. A task whose worker dies is run again by the scheduler elsewhere; a day that
+    takes longer than `timeout` seconds ends the scan with an error."""
+    from distributed import as_completed
+
+    days = [list(day) for _, day in groupby(windows(lo, hi), key=lambda w: w.start.date())]
+    futures = {client.submit(_day_levels, str(db), day, pure=False, retries=1): i for i, day in enumerate(days)}
+    done: dict[int, list[Level]] = {}
+    for future in as_completed(futures, timeout=timeout * max(1, len(days))):
+        done[futures[future]] = future.result(timeout=timeout)
+        progress(sum(len(days[i]) for i in done), sum(len(d) for d in days))
+    return [lv for i in range(len(days)) for lv in done[i]]
 
 
 def incidents(levels: list[Level], abnormal: float = ABNORMAL, stay: float = STAY) -> list[Incident]:

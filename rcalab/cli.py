@@ -250,6 +250,26 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
 
 
 @contextmanager
+def cluster(workers: int | None, scheduler: str | None):
+    """A Dask client: of a running cluster (`scheduler`), or of a local one of `workers` processes."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise RcalabError("a cluster needs Dask's distributed: pip install 'rcalab[cluster]'") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="30s")
+        except (OSError, TimeoutError) as e:
+            raise RcalabError(f"no Dask scheduler answers at {scheduler} ({e})") from None
+        with client:
+            yield client
+        return
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as local, \
+            Client(local, timeout="30s") as client:
+        yield client
+
+
+@contextmanager
 def working(description: str):
     """A spinner on stderr while long work runs; yields a function that updates its description."""
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
@@ -430,8 +450,12 @@ def llm_serve(port, ctx):
 @click.option("--given", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Questions already known (input.json): each incident names those it overlaps; those no "
                    "incident overlaps are listed as missed.")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Scan each day as a task on a local Dask cluster of this many worker processes.")
+@click.option("--scheduler", help="Scan each day as a task on this running Dask cluster (tcp://HOST:8786); the "
+                                  "store must be a file every worker reaches at the same path.")
 @reports_errors
-def detect(db, day, from_, to, out, given):
+def detect(db, day, from_, to, out, given, workers, scheduler):
     """Find the abnormal windows of a store without being told, merged into incidents.
 
     Every 5 minutes a 10-minute window is ranked as a case; a window whose top candidate scores
@@ -444,7 +468,7 @@ def detect(db, day, from_, to, out, given):
 
     from etl.store import connect
     from features.cases import load_questions
-    from features.detect import as_questions, incidents, scan, span
+    from features.detect import as_questions, incidents, scan, scan_on, span
 
     con = connect(db, read_only=True)
     known = span(con)
@@ -457,8 +481,15 @@ def detect(db, day, from_, to, out, given):
                           "asked time")
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("scanning", total=None)
-        found = incidents(scan(con, lo, hi, progress=lambda done, total: bar.update(task, completed=done,
-                                                                                    total=total)))
+
+        def progress(done, total):
+            bar.update(task, completed=done, total=total)
+
+        if workers or scheduler:
+            with cluster(workers, scheduler) as client:
+                found = incidents(scan_on(client, db.resolve(), lo, hi, progress=progress))
+        else:
+            found = incidents(scan(con, lo, hi, progress=progress))
     known_cases = load_questions(given) if given else []
 
     def overlapping(start, end):

@@ -3,6 +3,7 @@ collection is no incident; the confidence tells a fault's window from a quiet on
 
 import datetime as dt
 import json
+import math
 import os
 
 from click.testing import CliRunner
@@ -152,3 +153,49 @@ def test_rcaeval_s_baselines_rank_the_same_windows_from_the_store(tmp_path):
     for method, rank in baselines.methods().items():
         order = baselines.ranked_units(rank(wide, baselines.inject_time(Question("f", START, END, "")))["ranks"], units)
         assert order[0] == "cart", method  # cart-1's cpu and memory moved
+
+
+def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp_path):
+    """Two days across midnight, a fault on each: the scan with each day a task on a local cluster (in-process
+    workers, as the tests run it) gives the same levels and incidents as one process."""
+    from distributed import Client, LocalCluster
+
+    from features.detect import scan_on
+    from features.refresh import refresh_day
+
+    db = tmp_path / "two-days.duckdb"
+    t = Tiny(db)
+    start = dt.datetime(2025, 6, 6, 22, 0)
+    faults = [(start + dt.timedelta(minutes=60), "cart-1"), (start + dt.timedelta(minutes=150), "frontend-0")]
+    rows = []
+    for i in range(240):
+        ts = start + dt.timedelta(minutes=i)
+        for service in SERVICES:
+            for k in range(2):
+                pod = f"{service}-{k}"
+                hot = any(a <= ts < a + dt.timedelta(minutes=15) and pod == p for a, p in faults)
+                wave = 1 + 0.03 * math.sin(i * 1.7)
+                rows += [(ts, "infra_pod", pod, "pod", service, "node-1", "pod_cpu_usage", (2.0 if hot else 0.2) * wave, 1),
+                         (ts, "infra_pod", pod, "pod", service, "node-1", "pod_memory_working_set_bytes",
+                          (9e8 if hot else 3e8) * wave, 1)]
+    t.con.executemany("insert into metric_points values (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    for service in SERVICES:
+        for k in range(2):
+            t.place(f"{service}-{k}", service)
+    for day in (start.date(), start.date() + dt.timedelta(days=1)):
+        refresh_day(t.con, day)
+    lo, hi = span(t.con)
+    alone = scan(t.con, lo, hi)
+    t.con.close()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as local, \
+            Client(local) as client:
+        spread = scan_on(client, db, lo, hi)
+    assert [(lv.window, lv.component, round(lv.score, 9)) for lv in spread] == \
+        [(lv.window, lv.component, round(lv.score, 9)) for lv in alone]
+    assert len({lv.window.start.date() for lv in spread}) == 2
+    assert [i.components[0] for i in incidents(spread)] == [i.components[0] for i in incidents(alone)]
+    assert len(incidents(alone)) == 2
+    # As a user runs it: worker processes of a local cluster, the same table.
+    alone, spread = (CliRunner().invoke(cli, ["detect", "--db", str(db), *more]) for more in ([], ["--workers", "2"]))
+    assert spread.exit_code == alone.exit_code == 0 and spread.output == alone.output
+    assert "cart" in alone.output and "frontend" in alone.output
