@@ -341,11 +341,13 @@ def detect_table(result: dict) -> Table:
 
 
 def folds_table(rows: list[dict]) -> Table:
-    table = Table(title="detection's thresholds (abnormal, stay) fitted on the other real days, on the day left out")
-    for column in rows[0]:
-        table.add_column(column, justify="left" if column in ("day left out", "fitted on") else "right")
-    for row in rows:
-        table.add_row(*(cell(str(v)) for v in row.values()))
+    table = Table(title="detection's thresholds fitted on the other real days, on the day left out",
+                  caption="abnormal and stay; found and named / precision")
+    for column in ("day left out", "fitted", "fitted's", "shipped", "shipped's"):
+        table.add_column(column, justify="left" if column == "day left out" else "right")
+    for r in rows:
+        table.add_row(cell(r["day left out"]), r["fitted"], f"{r['found and named']} / {r['precision']}",
+                      r["shipped"], f"{r['found and named, shipped']} / {r['precision, shipped']}")
     return table
 
 

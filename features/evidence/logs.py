@@ -55,12 +55,12 @@ def keyword(template: str) -> str:
     return max(words, key=len, default="")
 
 
-def named(line: str, services: list[str]) -> str | None:
-    """The first of `services` the line names as a whole word (the longest where one name holds another)."""
-    for service in sorted(services, key=len, reverse=True):
-        if re.search(rf"(?<![\w-]){re.escape(service)}(?![\w-])", line):
-            return service
-    return None
+def naming(services: list[str]) -> re.Pattern | None:
+    """A pattern that finds the services' names as whole words, the longest first where one name holds another."""
+    if not services:
+        return None
+    names = "|".join(re.escape(s) for s in sorted(services, key=len, reverse=True))
+    return re.compile(rf"(?<![\w-])(?:{names})(?![\w-])")
 
 
 def baseline_minutes(con, w: Window) -> tuple[str, list]:
@@ -97,7 +97,8 @@ def collect(con, w: Window) -> list[Item]:
         select component, template_id, arg_min(message, (ts, message)) as line from log_lines
         where ts >= ? and ts < ? + interval 1 minute and template_id in (select unnest(?)) group by all""",
         [w.start, w.end, list(spread)])} if found else {}
-    others = [s for s, in con.execute("select distinct service from placement where service is not null").fetchall()]
+    services = naming([s for s, in con.execute("select distinct service from placement where service is not null")
+                       .fetchall()])
     items = []
     for r in found:
         errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(r["template"]))
@@ -105,7 +106,8 @@ def collect(con, w: Window) -> list[Item]:
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         new += f", {r['errors']} at error level" if r["errors"] else ""
         said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
-        peer = None if RESOLVER.search(said) else named(said, [s for s in others if s != r["service"]])
+        peer = None if services is None or RESOLVER.search(said) else \
+            next((s for s in services.findall(said) if s != r["service"]), None)
         items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(said),
                           f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log",
                           echo=peer is not None, peer=peer, line=said))
