@@ -105,9 +105,11 @@ def test_requests_in_the_protobuf_messages_json_form_load(tmp_path):
     _lines(dump / "logs.jsonl.gz", logs)
     _lines(dump / "metrics.jsonl.gz", metrics)
     (dump / "notes.json").write_text('{"not": "telemetry"}\n')
+    (dump / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"resourceSpans": []}\n' * 100)[:30])  # cut short
     db = tmp_path / "store.duckdb"
     report = nightly(dump, db)
-    assert report.format == "otlp" and not report.failed and len(report.loaded) == 3
+    assert report.format == "otlp" and len(report.loaded) == 3
+    assert [(Path(path).name, why.split(":")[0]) for path, why in report.failed] == [("cut.jsonl.gz", "cannot be read")]
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("select span_id, parent_span_id, kind, status_code, duration_us, service, pod, node "
                        "from spans order by ts").fetchall() == [

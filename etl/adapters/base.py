@@ -14,7 +14,7 @@ from pathlib import Path
 class InputFile:
     path: Path
     kind: str  # metric | log | trace | skip
-    reason: str = ""  # why a file is skipped
+    reason: str = ""  # why a file is skipped, or why it cannot be read (its load fails with it)
 
 
 @dataclass(frozen=True)

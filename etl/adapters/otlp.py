@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 
 import duckdb
@@ -57,11 +58,8 @@ QUANTILE = 0.95
 
 def _first_line(path: Path) -> str:
     opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            return f.readline(1 << 16)
-    except (OSError, EOFError):
-        return ""
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        return f.readline(1 << 16)
 
 
 def signal(path: Path) -> str | None:
@@ -84,15 +82,27 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.name.endswith(SUFFIXES) and p.is_file()) if root.is_dir() else []
 
 
+def _signal(path: Path) -> tuple[str | None, str]:
+    """A file's signal, or why it cannot be read."""
+    try:
+        return signal(path), ""
+    except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip, a file that went away
+        return None, f"cannot be read: {e}"
+
+
 def detect(root: Path) -> bool:
-    return any(signal(p) for p in _files(root))
+    return any(_signal(p)[0] for p in _files(root))
 
 
 def discover(root: Path) -> list[InputFile]:
     out = []
     for path in _files(root):
-        kind = signal(path)
-        out.append(InputFile(path, kind) if kind else InputFile(path, "skip", "no OTLP export request on its first line"))
+        kind, problem = _signal(path)
+        if problem:  # its kind is unknown; loading it fails with the reason, so the run names it
+            out.append(InputFile(path, "log", problem))
+        else:
+            out.append(InputFile(path, kind) if kind else
+                       InputFile(path, "skip", "no OTLP export request on its first line"))
     return out
 
 
@@ -139,6 +149,8 @@ WHO = f"""{_attr('res', 'k8s.pod.name')} as pod, {_attr('res', 'service.name')} 
 
 
 def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
+    if file.reason:
+        raise LoadError(file.reason)
     params = {"path": str(file.path)}
     if file.kind == "trace":
         return Query(f"""
