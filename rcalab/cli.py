@@ -264,7 +264,7 @@ def cluster(workers: int | None, scheduler: str | None):
         with client:
             yield client
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as local, \
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
             Client(local, timeout="30s") as client:
         yield client
 

@@ -187,7 +187,7 @@ def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp
     lo, hi = span(t.con)
     alone = scan(t.con, lo, hi)
     t.con.close()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as local, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as local, \
             Client(local) as client:
         spread = scan_on(client, db, lo, hi)
     assert [(lv.window, lv.component, round(lv.score, 9)) for lv in spread] == \
@@ -195,7 +195,11 @@ def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp
     assert len({lv.window.start.date() for lv in spread}) == 2
     assert [i.components[0] for i in incidents(spread)] == [i.components[0] for i in incidents(alone)]
     assert len(incidents(alone)) == 2
-    # As a user runs it: worker processes of a local cluster, the same table.
-    alone, spread = (CliRunner().invoke(cli, ["detect", "--db", str(db), *more]) for more in ([], ["--workers", "2"]))
-    assert spread.exit_code == alone.exit_code == 0 and spread.output == alone.output
+    # As a user runs it: worker processes of a local cluster, or a running cluster's scheduler; the same table.
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
+                      dashboard_address=":0") as running:
+        alone, spread, remote = (CliRunner().invoke(cli, ["detect", "--db", str(db), *more]) for more in (
+            [], ["--workers", "2"], ["--scheduler", running.scheduler_address]))
+    assert spread.exit_code == alone.exit_code == remote.exit_code == 0
+    assert spread.output == alone.output == remote.output
     assert "cart" in alone.output and "frontend" in alone.output
