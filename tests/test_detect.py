@@ -5,6 +5,8 @@ import datetime as dt
 import json
 import math
 import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
 
 from click.testing import CliRunner
 from test_ranking import END, START, T0, Tiny, digest
@@ -157,7 +159,8 @@ def test_rcaeval_s_baselines_rank_the_same_windows_from_the_store(tmp_path):
 
 def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp_path):
     """Two days across midnight, a fault on each: the scan with each day a task on a local cluster (in-process
-    workers, as the tests run it) gives the same levels and incidents as one process."""
+    workers; worker processes, one of them killed while the days are scanned; a running cluster's scheduler)
+    gives the same levels, incidents and table as one process."""
     from distributed import Client, LocalCluster
 
     from features.detect import scan_on
@@ -195,6 +198,16 @@ def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp
     assert len({lv.window.start.date() for lv in spread}) == 2
     assert [i.components[0] for i in incidents(spread)] == [i.components[0] for i in incidents(alone)]
     assert len(incidents(alone)) == 2
+    # A worker process killed while the days are scanned: its task runs again elsewhere, nothing lost or doubled.
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
+            Client(local) as client:
+        pids = list(client.run(os.getpid).values())
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(scan_on, client, db, lo, hi)
+            os.kill(pids[0], signal.SIGKILL)
+            survived = running.result(timeout=120)
+    assert [(lv.window, lv.component, round(lv.score, 9)) for lv in survived] == \
+        [(lv.window, lv.component, round(lv.score, 9)) for lv in alone]
     # As a user runs it: worker processes of a local cluster, or a running cluster's scheduler; the same table.
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
                       dashboard_address=":0") as running:
