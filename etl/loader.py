@@ -103,7 +103,8 @@ def _run(con, adapter, dump: Path, progress) -> Report:
                     from None
             reason = str(e).splitlines()[0]
             fid = _file_id(con, prev)
-            kept = con.execute(f"select count(*) from {TABLES[file.kind]} where file_id = ?", [fid]).fetchall()[0][0]
+            kept = sum(con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchone()[0]
+                       for table in TABLES.values())  # under whatever kind it loaded as before
             if kept:  # a failed reload: the previous load's rows stay, and the manifest says so
                 reason += f"; the {kept} rows of its previous load are kept"
             _record(con, file, fid, kept, "failed", reason)
@@ -177,6 +178,8 @@ def _record(con, file: InputFile, fid: int, rows: int, status: str, error: str) 
 def _load(con, adapter, file: InputFile, prev) -> tuple[int, bool]:
     """Load one file in one transaction; returns its row count and whether rows no system can produce were left
     out."""
+    if file.kind == "unreadable":  # the adapter could not read it to tell what it holds
+        raise LoadError(file.reason)
     table = TABLES[file.kind]
     query = adapter.query(con, file)
     select, params = query.sql, query.params

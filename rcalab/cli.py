@@ -136,9 +136,9 @@ def simulate(out, schedule, cases, limit, scale, seed, fmt):
     todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
     steps = 25 * len(case_days(todo))
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
-            (tempfile.TemporaryDirectory() if fmt == "otlp" else nullcontext(out.parent)) as tmp:
+            (tempfile.TemporaryDirectory() if fmt == "otlp" else nullcontext()) as tmp:
         task = bar.add_task("simulating", total=steps)
-        parquet = out if fmt == "challenge2025" else Path(tmp) / "dump"
+        parquet = Path(tmp) / "dump" if tmp else out
         summary = run(parquet, todo, topo, scale=scale, seed=seed,
                       progress=lambda what: bar.update(task, advance=1, description=what))
         if fmt == "otlp":

@@ -6,6 +6,7 @@ are gauges, each source an instrumentation scope. The labels (`groundtruth.jsonl
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import json
 import shutil
@@ -20,8 +21,9 @@ KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 FIELDS = {"trace": "resourceSpans", "log": "resourceLogs", "metric": "resourceMetrics"}
 
 
-def _nanos(ts) -> str:
-    return str(int(ts.timestamp()) * 10**9 + ts.microsecond * 1000)
+def _nanos(ts: dt.datetime) -> str:
+    """A naive UTC time (the store's) as OTLP's nanoseconds since the epoch."""
+    return str(int(ts.replace(tzinfo=dt.timezone.utc).timestamp()) * 10**9 + ts.microsecond * 1000)
 
 
 def _resource(service, pod, node) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 @dataclass(frozen=True)
 class InputFile:
     path: Path
-    kind: str  # metric | log | trace | skip
-    reason: str = ""  # why a file is skipped, or why it cannot be read (its load fails with it)
+    kind: str  # metric | log | trace | calls | skip | unreadable (its load fails with the reason)
+    reason: str = ""  # why a file is skipped or cannot be read
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,8 @@ def discover(root: Path) -> list[InputFile]:
     out = []
     for path in _files(root):
         kind, problem = _signal(path)
-        if problem:  # its kind is unknown; loading it fails with the reason, so the run names it
-            out.append(InputFile(path, "log", problem))
+        if problem:
+            out.append(InputFile(path, "unreadable", problem))
         else:
             out.append(InputFile(path, kind) if kind else
                        InputFile(path, "skip", "no OTLP export request on its first line"))
@@ -149,8 +149,6 @@ WHO = f"""{_attr('res', 'k8s.pod.name')} as pod, {_attr('res', 'service.name')} 
 
 
 def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
-    if file.reason:
-        raise LoadError(file.reason)
     params = {"path": str(file.path)}
     if file.kind == "trace":
         return Query(f"""
