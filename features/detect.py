@@ -179,13 +179,17 @@ def windows(lo: dt.datetime, hi: dt.datetime) -> list[Window]:
     return out
 
 
-def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None,
-         cores: int | None = None, only: list[Window] | None = None) -> list[Level]:
-    """The level of every window from lo to hi (or of `only` those), a window on each core: the time goes to the
-    store's queries, which release the interpreter while they run. Each query gets one core: a window's queries
-    are small, and DuckDB's own workers on them only contend with the other windows' (the scan takes a fifth
-    longer)."""
-    todo = windows(lo, hi) if only is None else only
+def scan(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None
+         ) -> list[Level]:
+    """The level of every window from lo to hi."""
+    return levels_of(con, windows(lo, hi), progress)
+
+
+def levels_of(con: duckdb.DuckDBPyConnection, todo: list[Window], progress=lambda done, total: None,
+              cores: int | None = None) -> list[Level]:
+    """The levels of these windows, a window on each core: the time goes to the store's queries, which release
+    the interpreter while they run. Each query gets one core: a window's queries are small, and DuckDB's own
+    workers on them only contend with the other windows' (the scan takes a fifth longer)."""
     cursors = threading.local()
 
     def one(w: Window) -> Level:
@@ -210,7 +214,7 @@ def _day_levels(db: str, todo: list[Window]) -> list[Level]:
     """A task of `scan_on`: the levels of one day's windows, the store opened read-only where the task runs."""
     con = connect(db, read_only=True)
     try:
-        return scan(con, todo[0].start, todo[-1].end, cores=1, only=todo)
+        return levels_of(con, todo, cores=1)
     finally:
         con.close()
 
@@ -218,15 +222,15 @@ def _day_levels(db: str, todo: list[Window]) -> list[Level]:
 def scan_on(client, db, lo: dt.datetime, hi: dt.datetime, progress=lambda done, total: None,
             timeout: float = TASK_SECONDS) -> list[Level]:
     """`scan` with each day's windows a task on a Dask cluster (`client`, a `distributed.Client`): the store must
-    be a file every worker reaches. A task whose worker dies is run again by the scheduler elsewhere; a day that
-    takes longer than `timeout` seconds ends the scan with an error."""
+    be a file every worker reaches. A task whose worker dies is run again by the scheduler elsewhere; past
+    `timeout` seconds a day the scan ends with an error."""
     from distributed import as_completed
 
     days = [list(day) for _, day in groupby(windows(lo, hi), key=lambda w: w.start.date())]
     futures = {client.submit(_day_levels, str(db), day, pure=False, retries=1): i for i, day in enumerate(days)}
     done: dict[int, list[Level]] = {}
     for future in as_completed(futures, timeout=timeout * max(1, len(days))):
-        done[futures[future]] = future.result(timeout=timeout)
+        done[futures[future]] = future.result()
         progress(sum(len(days[i]) for i in done), sum(len(d) for d in days))
     return [lv for i in range(len(days)) for lv in done[i]]
 
