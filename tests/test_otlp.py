@@ -1,6 +1,6 @@
 """OpenTelemetry's OTLP/JSON in: the simulated demo day written as the Collector's file exporter would loads and
 ranks as its parquet twin does; requests encoded by the OpenTelemetry protobuf messages' own JSON form (base64
-ids, enum names) load, with their spans' errors, logs in their spans, a counter's increases and a histogram's
+ids, enum names; gzip and zstd) load, with their spans' errors, logs in their spans, a counter's increases and a histogram's
 quantile."""
 
 import datetime as dt
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import zstandard
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -72,9 +73,8 @@ def _nanos(minute: float) -> int:
 
 
 def _lines(path: Path, *requests) -> None:
-    with gzip.open(path, "wt") as f:
-        for r in requests:
-            f.write(json.dumps(MessageToDict(r)) + "\n")
+    text = "".join(json.dumps(MessageToDict(r)) + "\n" for r in requests).encode()
+    path.write_bytes(zstandard.compress(text) if path.suffix == ".zst" else gzip.compress(text))
 
 
 def test_requests_in_the_protobuf_messages_json_form_load(tmp_path):
@@ -103,7 +103,7 @@ def test_requests_in_the_protobuf_messages_json_form_load(tmp_path):
                      data_points=histogram, aggregation_temporality=AGGREGATION_TEMPORALITY_CUMULATIVE))])])])
     _lines(dump / "traces.jsonl.gz", spans)
     _lines(dump / "logs.jsonl.gz", logs)
-    _lines(dump / "metrics.jsonl.gz", metrics)
+    _lines(dump / "metrics.jsonl.zst", metrics)  # the file exporter's own compression
     (dump / "notes.json").write_text('{"not": "telemetry"}\n')
     (dump / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"resourceSpans": []}\n' * 100)[:30])  # cut short
     db = tmp_path / "store.duckdb"

@@ -1,5 +1,6 @@
 """OpenTelemetry's OTLP in its JSON encoding, as the Collector's `file` exporter writes it: one export request a
-line (`resourceSpans`, `resourceMetrics` or `resourceLogs`), plain or gzip, any file names under the dump.
+line (`resourceSpans`, `resourceMetrics` or `resourceLogs`), plain, gzip or zstd (the exporter's own
+compression), any file names under the dump.
 
 Components come from the resource's semantic-convention attributes: `service.name`, `k8s.pod.name`,
 `k8s.node.name`. Ids are hex as OTLP/JSON says, or base64 as protobuf's generic JSON writes them; enums are
@@ -14,9 +15,6 @@ challenge's are (its severity, message and error).
 
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
 from pathlib import Path
 
 import duckdb
@@ -27,7 +25,7 @@ from .base import InputFile, Query, record_text
 
 NAME = "otlp"
 SIGNALS = {"resourceSpans": "trace", "resourceMetrics": "metric", "resourceLogs": "log"}
-SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", ".json.zst", ".jsonl.zst")
 
 ANY = "STRUCT(stringValue VARCHAR, intValue VARCHAR, doubleValue DOUBLE, boolValue BOOLEAN)"
 ATTRS = f"STRUCT(key VARCHAR, value {ANY})[]"
@@ -56,23 +54,18 @@ CUMULATIVE = "({} in ('2', 'AGGREGATION_TEMPORALITY_CUMULATIVE'))"
 QUANTILE = 0.95
 
 
-def _first_line(path: Path) -> str:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        return f.readline(1 << 16)
-
-
 def signal(path: Path) -> str | None:
-    """The kind of telemetry a file's first export request holds, or None where it is no OTLP JSON."""
-    line = _first_line(path).strip()
-    if not line.startswith("{"):
-        return None
+    """The kind of telemetry a file's first export request holds, or None where it is no OTLP JSON. DuckDB reads
+    it as the load will (plain, gzip or zstd, by the file's suffix)."""
+    con = duckdb.connect()
     try:
-        keys = json.loads(line).keys()
-    except (ValueError, AttributeError):
-        head = line[:200]  # a first request too long to read whole: its first key says the signal
-        keys = [k for k in SIGNALS if f'"{k}"' in head]
-    return next((SIGNALS[k] for k in keys if k in SIGNALS), None)
+        first = con.execute("select json_keys(json) from read_json_objects(?, format = 'newline_delimited') limit 1",
+                            [str(path)]).fetchone()
+    except duckdb.InvalidInputException:  # not JSON lines
+        return None
+    finally:
+        con.close()
+    return next((SIGNALS[k] for k in (first[0] if first else []) if k in SIGNALS), None)
 
 
 def _files(root: Path) -> list[Path]:
@@ -86,8 +79,8 @@ def _signal(path: Path) -> tuple[str | None, str]:
     """A file's signal, or why it cannot be read."""
     try:
         return signal(path), ""
-    except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip, a file that went away
-        return None, f"cannot be read: {e}"
+    except duckdb.Error as e:  # a truncated or corrupt archive, a file that went away
+        return None, f"cannot be read: {str(e).splitlines()[0]}"
 
 
 def detect(root: Path) -> bool:
