@@ -21,6 +21,7 @@ from .ranker import Candidate, rank_window
 
 MAX_TOKENS = 1500
 OPTION_CANDIDATES = 3
+CLOSE = 0.8  # a candidate scoring this share of the first's is its rival: the ranking is unsure (chosen, not fitted)
 
 
 @dataclass
@@ -38,6 +39,20 @@ class Digest:
     def clear(self) -> bool:
         """False where the top candidate does not stand out: "no clear root cause"."""
         return bool(self.candidates) and clear(self.confidence)
+
+    @property
+    def rivals(self) -> list[str]:
+        """The candidates with options the ranking cannot tell apart from the first: those scoring within `CLOSE`
+        of it, or all of them where the first does not stand out. Just the first where the ranking is sure."""
+        offered = [c for c in self.candidates if self.options.get(c.component)]
+        if not offered:
+            return []
+        top = offered[0].score
+        return [c.component for c in offered if c is offered[0] or not self.clear or c.score >= CLOSE * top]
+
+    @property
+    def unsure(self) -> bool:
+        return len(self.rivals) > 1
 
     def as_json(self) -> dict:
         return {"uuid": self.uuid, "window": list(self.window), "text": self.text, "confidence": self.confidence,

@@ -2,7 +2,8 @@
 schedule, and each real labelled dump), `rank` and `llm` answer the same cases and are judged alike:
 final, LA, TA, explainability, APL, the share of traces whose fault's path is grounded, unanswered and fallback
 cases, seconds, tokens and LLM calls a case; and apart, the cases where the ranking is unsure, where a model could
-decide what the ranking cannot: how many, and the share of them each agent names right."""
+decide what the ranking cannot: how many, and the share of them each agent names right, the llm agent also
+deciding among the rivals there (`diagnose --decide`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from .report import transcript_figures
 from .scoring import score
 
 AGENTS = ("rank", "llm")
-CLOSE = 0.8  # a second candidate scoring this share of the first's: the ranking is unsure (chosen, not fitted)
 
 
 def stratified(input_json: Path, truth: Path, per_type: int) -> list:
@@ -40,14 +40,13 @@ def stratified(input_json: Path, truth: Path, per_type: int) -> list:
 
 
 def unsure(db: Path, sample: list) -> set[str]:
-    """The cases whose top candidate does not stand out (no clear root cause) or has a second within CLOSE."""
+    """The cases whose ranking is unsure (`Digest.unsure`): the first does not stand out, or a rival is close."""
     con = store.connect(db, read_only=True)
     try:
         digests = [build_digest(con, q) for q in sample]
     finally:
         con.close()
-    return {d.uuid for d in digests if not d.clear or (
-        len(d.candidates) > 1 and d.candidates[1].score >= CLOSE * d.candidates[0].score)}
+    return {d.uuid for d in digests if d.unsure}
 
 
 def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, doubtful: set[str]) -> dict:
@@ -82,4 +81,14 @@ def run(schedules: dict[str, Path], real: list[Path], per_type: int = 2, scale: 
                 answers = folder / "answers.jsonl"
                 run_batch(db, sample, answers, chats[agent], model=agent if agent == "rank" else model)
                 result[f"{name}/{agent}"] = judged(answers, truth, db, sample, folder, doubtful)
+            hard = [q for q in sample if q.uuid in doubtful]
+            if hard:  # the model deciding where the ranking is unsure: judged on those cases alone
+                progress(f"llm deciding {len(hard)} unsure cases of {name}")
+                folder = tmp / name / "deciding"
+                folder.mkdir(parents=True)
+                answers = folder / "answers.jsonl"
+                run_batch(db, hard, answers, chats["llm"], model=model, decide=True)
+                figures = judged(answers, truth, db, hard, folder, doubtful)
+                result[f"{name}/llm deciding"] = {k: figures[k] for k in ("unsure", "LA_unsure", "fallback",
+                                                                         "seconds_per_case")}
     return result

@@ -552,13 +552,17 @@ def digest(db, input_, uuid, as_json):
               help="llm: checks the model may make after the tests of option 1a, before it answers "
                    "(each costs a call; on the bench one check left LA and TA as they were).")
 @click.option("--time-limit", type=float, default=600.0, show_default=True, help="Seconds per case.")
+@click.option("--decide", is_flag=True,
+              help="llm: where the ranking is unsure (a rival within 0.8 of the first's score, or no clear root cause), "
+                   "the model chooses among the rivals, each tested side by side; without it the model confirms the "
+                   "first. For a strong model: the embedded 1.5B one chose worse than the ranking there.")
 @click.option("--agent", type=click.Choice(["llm", "rank"]), default="llm", show_default=True,
               help="llm: the model confirms and chooses among the ranking's options; rank: the top option, no model.")
 @click.option("--report", "pages", type=click.Path(path_type=Path, file_okay=False),
               help="Write a page per case here (REPORT/index.html lists them): the answer, the candidates, the key "
                    "metric, the graph, the logs and slow calls, the transcript.")
 @reports_errors
-def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, pages):
+def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide, agent, pages):
     """Answer every case in the challenge format; a rerun skips answered cases.
 
     With no endpoint configured (RCALAB_LLM_BASE_URL or the config file) the embedded
@@ -579,7 +583,7 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, agent, 
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("diagnosing", total=min(len(questions), limit or len(questions)))
             return run_batch(db, questions, out, chat, model=model, concurrency=concurrency, limit=limit,
-                             max_tools=max_tools, time_limit=time_limit,
+                             max_tools=max_tools, time_limit=time_limit, decide=decide,
                              progress=lambda uuid: bar.update(task, advance=1, description=cell(uuid)))
 
     if agent == "rank":

@@ -1,6 +1,7 @@
 """The `llm` agent: option 1a is tested on the top candidate with read-only tools (where its evidence was read,
 where its fault type shows); the model reads the ranking's options with those results, may check further, and
-chooses an option (and may correct its fault type). The reason is the `rank` reason, then the keys the checks
+chooses an option (and may correct its fault type). Asked to decide, where the ranking is unsure (`Digest.unsure`) the
+model gets the rivals side by side, each tested, and its choice among them stands. The reason is the `rank` reason, then the keys the checks
 found moving on the chosen candidate, then the model's words; the reasoning trace is made from the steps taken.
 Where the model fails (malformed twice, endpoint down, time limit), the `rank` answer stands.
 
@@ -124,21 +125,21 @@ def with_words(reason_text: str, own: str, fault_type: str) -> str:
     return f"{reason_text} {own[:1].upper()}{own[1:]}."
 
 
-def check_answer(step: dict, options: dict, top: str, contradicted: set[str], levels: dict[str, str]) -> str | None:
-    """Why an answer is not acceptable (with what would be), or None."""
+def check_answer(step: dict, options: dict, open_: list[str], levels: dict[str, str], contradicted: set[str],
+                 top: str) -> str | None:
+    """Why an answer is not acceptable (with what would be), or None. `open_` are the candidates that may be chosen."""
     option = step.get("option")
     if not isinstance(option, str) or option not in options:
         return f"'{flat(str(option), 8)}' is not an option (options: {', '.join(options)})"
     component = options[step["option"]][0]
     if step.get("fault_type") not in fault_types_for({levels[component]}):
         return f"'{flat(str(step.get('fault_type')), 40)}' is not a fault type of a {levels[component]}"
-    if component != top and top not in contradicted:
-        firsts = ", ".join(o for o, (c, _) in options.items() if c == top)
-        return (f"option {flat(step['option'], 8)} is not candidate 1's: choose {firsts}, "
-                f"or first check {flat(top, 60)} and find nothing")
-    if component == top and top in contradicted:  # a check that found its evidence gone is acted on
-        return (f"a check of {flat(top, 60)} found its evidence gone: choose another candidate's option "
-                f"({', '.join(o for o, (c, _) in options.items() if c != top)})")
+    if component not in open_:
+        choose = ", ".join(o for o, (c, _) in options.items() if c in open_)
+        if component in contradicted:  # a check that found its evidence gone is acted on
+            return f"a check of {flat(component, 60)} found its evidence gone: choose another candidate's option ({choose})"
+        return (f"option {flat(step['option'], 8)} is not candidate 1's: choose {choose}"
+                + (f", or first check {flat(top, 60)} and find nothing" if open_ == [top] else ""))
     return None
 
 
@@ -162,9 +163,10 @@ def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
 
 
 def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, model: str = "",
-             max_tools: int = 0, time_limit: float = 600.0) -> Outcome:
+             max_tools: int = 0, time_limit: float = 600.0, decide: bool = False) -> Outcome:
     """Diagnose one case; the outcome carries the answer (the model's, or the ranking's where it failed),
-    the reason the model failed if it did, and the transcript."""
+    the reason the model failed if it did, and the transcript. With `decide`, where the ranking is unsure the model
+    chooses among its rivals, each tested; otherwise it confirms candidate 1."""
     started = time.monotonic()
     digest = build_digest(con, question)
     digest_seconds = time.monotonic() - started
@@ -173,6 +175,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     levels = {c.component: c.level for c in digest.candidates}
     targets = list(dict.fromkeys(c for c, _ in options.values()))
     top = targets[0] if targets else ""
+    # Where the ranking is sure the model confirms candidate 1; where it is unsure, it decides among the rivals.
+    rivals = [c for c in digest.rivals if c in targets] if decide and digest.unsure else targets[:1]
     tool_steps: list[dict] = []
     contradicted: set[str] = set()  # candidates whose option's evidence a check found gone
     confirmed: dict[str, list[str]] = {}  # candidate -> the keys its checks found moving
@@ -186,13 +190,14 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             contradicted.add(target)
         confirmed.setdefault(target, []).extend(found.keys)
         arg = flat(target, 60) + (f", {flat(keyword, 40)}" if keyword else "")
-        tool_steps.append({"action": f"{TRACE_ACTION[tool]}({arg})",
+        tool_steps.append({"action": f"{TRACE_ACTION[tool]}({arg})", "target": target,
                            "observation": words(_first_line(found.text), OBSERVATION_WORDS)})
         return f"Result of {tool}({arg}):\n{found.text}"
 
-    # Option 1a is tested before the model reads the brief: where its evidence was read, where its fault shows.
-    tests = [check(tool, top) for tool in checks_of(next(iter(options.values()))[1])] if options else []
-    messages = [{"role": "system", "content": system_prompt(max_tools)},
+    # Each rival's first option (1a where the ranking is sure) is tested before the model reads the brief: where
+    # its evidence was read, where its fault shows.
+    tests = [check(tool, c) for c in rivals for tool in checks_of(next(o for k, o in options.values() if k == c))]
+    messages = [{"role": "system", "content": system_prompt(max_tools, len(rivals))},
                 {"role": "user", "content": user_prompt(question.description, digest, tests)}]
     tested = len(tool_steps)
     must_answer = False  # set when the model repeats a check (it has learnt all it will) or is repaired
@@ -208,8 +213,10 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
             allow = len(tool_steps) - tested < max_tools and not must_answer
-            # The options open now: candidate 1's; once a check of candidate 1 found its evidence gone, the others'.
-            open_options = [o for o, (c, _) in options.items() if (c == top) != (top in contradicted)]
+            # The options open now: the rivals' whose evidence no check found gone; failing them, the others'.
+            open_ = ([c for c in rivals if c not in contradicted]
+                     or [c for c in targets if c not in rivals and c not in contradicted])
+            open_options = [o for o, (c, _) in options.items() if c in open_]
             if not open_options:
                 raise CaseFailed(f"a check of {flat(top, 60)} found its evidence gone and no other candidate has "
                                  "options: no clear root cause")
@@ -235,18 +242,21 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                         messages.append({"role": "user", "content": f"{result}\nTake one step."})
                         continue
                     repeated = True
-                problem = check_answer(step, options, top, contradicted, levels)
+                problem = check_answer(step, options, open_, levels, contradicted, top)
                 if problem is None:
                     component, option = options[step["option"]]
-                    if component != top:
+                    if component != top and top in contradicted:
                         why_not_top = f"a check of {top} found its evidence gone: " + "; ".join(
-                            s["observation"] for s in tool_steps if s["action"].endswith(f"({flat(top, 60)})"))
+                            s["observation"] for s in tool_steps if s["target"] == top)
+                    elif component != top:
+                        why_not_top = f"the ranking was unsure between {', '.join(rivals)}; the model chose {component}"
                     chosen = next(c for c in digest.candidates if c.component == component)
                     text = reason(component, step["fault_type"], option.key, chosen.found or chosen.evidence,
                                   confirmed.get(component, []))
                     outcome.answer = {"uuid": question.uuid, "component": component,
                                       "reason": with_words(text, str(step.get("reason", "")), step["fault_type"]),
-                                      "reasoning_trace": trace_of(evidence_steps(digest, component) + tool_steps)}
+                                      "reasoning_trace": trace_of(evidence_steps(digest, component) + [
+                                          s for s in tool_steps if s["target"] in {component, *contradicted}])}
                     break
                 if repeated:
                     must_answer = True
@@ -270,6 +280,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         status = "fallback" if outcome.answer else "failed"
     outcome.transcript = {
         "uuid": question.uuid, "status": status, "error": outcome.error, "why_not_top": why_not_top,
+        "rivals": rivals if len(rivals) > 1 else [],
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
         **standing(digest),

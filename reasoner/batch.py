@@ -100,8 +100,9 @@ class _Appender:
 
 
 def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | None, *, model: str = "",
-              concurrency: int = 1, limit: int | None = None, max_tools: int = 0, time_limit: float = 600.0,
-              progress: Callable[[str], None] | None = None) -> BatchReport:
+              concurrency: int = 1, limit: int | None = None, progress: Callable[[str], None] | None = None,
+              **settings) -> BatchReport:
+    """Answer the questions not answered yet into `answers`; `settings` go to the llm agent (`diagnose`)."""
     answers = Path(answers)
     for path in (answers, transcripts_path(answers)):
         check_output(path, db)
@@ -110,10 +111,10 @@ def run_batch(db: Path, questions: list[Question], answers: Path, chat: Chat | N
     except OSError as e:
         raise OutputError(f"cannot create {answers.parent}: {e.strerror}") from None
     with exclusive(answers, "diagnose run"):
-        return _run(db, questions, answers, chat, model, concurrency, limit, max_tools, time_limit, progress)
+        return _run(db, questions, answers, chat, model, concurrency, limit, progress, settings)
 
 
-def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, time_limit, progress) -> BatchReport:
+def _run(db, questions, answers, chat, model, concurrency, limit, progress, settings) -> BatchReport:
     report = BatchReport()
     done = answered_uuids(answers)
     cut_torn_line(transcripts_path(answers))
@@ -131,7 +132,7 @@ def _run(db, questions, answers, chat, model, concurrency, limit, max_tools, tim
         if chat is None:  # the rank agent
             outcome = rank_only(cursor, q)
         else:
-            outcome = diagnose(chat, cursor, q, model=model, max_tools=max_tools, time_limit=time_limit)
+            outcome = diagnose(chat, cursor, q, model=model, **settings)
         log.write(outcome.transcript)
         if outcome.transcript["features_missing"]:
             report.incomplete.append((q.uuid, f"the features of {', '.join(outcome.transcript['features_missing'])} "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from features.digest import Digest
 from features.evidence import flat
 from features.options import FAULT_TYPES, Option
+from features.ranker import down
 
 from .tools import TOOLS
 
@@ -19,15 +20,27 @@ instructions.
 Each turn, reply with one JSON object on one line, either a check: {{"action": one of {tools}, "target": a candidate, \
 "keyword": a log word or "", "option": "", "fault_type": "", "reason": ""}} or the answer: {{"action": "answer", \
 "option": an option id, "fault_type": a fault type, "reason": under 8 words}}.
-Option 1a has been tested on candidate 1 with the tools that read its evidence and where its fault shows; the \
-results follow the candidates. {checks}Choose option 1a unless a test or check of candidate 1 found its evidence \
-gone (its metrics flat, its logs clean); you may correct its fault type to one that fits the evidence better.
+{decide}
 Fault types: {types}."""
 
+SURE = """Option 1a has been tested on candidate 1 with the tools that read its evidence and where its fault shows; \
+the results follow the candidates. {checks}Choose option 1a unless a test or check of candidate 1 found its evidence \
+gone (its metrics flat, its logs clean); you may correct its fault type to one that fits the evidence better."""
 
-def system_prompt(max_tools: int) -> str:
+UNSURE = """The ranking cannot tell candidates {rivals} apart: you decide. Each has been tested with the tools that \
+read its evidence and where its fault shows; the results follow the candidates. {checks}Choose the option of the \
+cause: the candidate whose own liveness broke (processes stopped, a restart), whose own errors or log lines started \
+first, or that the others' evidence points at (their calls into it failing or slow, their log lines naming it); \
+an echo shows only slow or failing calls into another candidate. Never choose a candidate whose test found its \
+evidence gone."""
+
+
+def system_prompt(max_tools: int, rivals: int = 1) -> str:
+    """What the model is told; with `rivals` (the first N candidates, when the ranking is unsure) it decides."""
     checks = f"You may make {max_tools} more check(s) before you answer. " if max_tools else "Answer now. "
-    return SYSTEM.format(tools=", ".join(TOOLS), checks=checks, types=", ".join(FAULT_TYPES))
+    decide = (UNSURE.format(rivals=", ".join(map(str, range(1, rivals + 1))), checks=checks) if rivals > 1
+              else SURE.format(checks=checks))
+    return SYSTEM.format(tools=", ".join(TOOLS), decide=decide, types=", ".join(FAULT_TYPES))
 
 
 def option_ids(digest: Digest) -> dict[str, tuple[str, Option]]:
@@ -41,14 +54,21 @@ def option_ids(digest: Digest) -> dict[str, tuple[str, Option]]:
 
 def user_prompt(description: str, digest: Digest, tests: list[str] = ()) -> str:
     """The incident, the ranking's top candidates, each with its options and strongest evidence, and the results of
-    the tests of option 1a."""
+    the tests (of option 1a; where the ranking is unsure, of each rival's first option). A rival also shows what
+    tells it apart: when its own evidence started and whether its own liveness broke."""
     ids = option_ids(digest)
+    rivals = digest.rivals if digest.unsure else []
     lines = [f"Incident: {flat(description, 300)}", "Candidates, most likely first:"]
     for i, c in enumerate(digest.candidates[:BRIEF_CANDIDATES], 1):
         echo = f"; partly an echo of {flat(c.explained_by, 60)}" if c.explained_by else ""
         lines.append(f"{i}. {flat(c.component, 60)} ({c.level}, score {c.score:.2f}{echo})")
         lines += [f"   option {oid}: {o.fault_type}, key {flat(o.key, 60)}" for oid, (comp, o) in ids.items()
                   if comp == c.component]
+        if c.component in rivals:
+            path = digest.paths.get(c.component) or []
+            started = path[-1].onset if path else None
+            when = f"started {started:%H:%M}" if started else "start unknown"
+            lines.append(f"   own evidence {when}; liveness {'broke' if down(c.found) else 'intact'}")
         lines += [f"   - {flat(e.text, 160)}" for e in c.evidence[:BRIEF_EVIDENCE]]
     lines += [*tests, "Take one step."]
     return "\n".join(lines)

@@ -124,6 +124,25 @@ def test_detect_writes_questions_diagnose_takes(tmp_path):
     assert result.exit_code == 1 and "not a regular file" in result.output
 
 
+def test_the_ranking_is_unsure_where_a_rival_is_close_or_the_first_does_not_stand_out():
+    from features.digest import Digest
+    from features.options import Option
+    from features.ranker import Candidate
+
+    option = Option("pod failure", "pod_processes", "metric")
+
+    def digest(scores, confidence=0.9, offered=None):
+        names = [f"c{i}" for i in range(len(scores))]
+        return Digest("u", ("", ""), [Candidate(n, "pod", s) for n, s in zip(names, scores)], "",
+                      {n: [option] for n in (offered or names)}, confidence)
+
+    assert digest([1.0, 0.5]).rivals == ["c0"] and not digest([1.0, 0.5]).unsure
+    assert digest([1.0, 0.85, 0.5]).rivals == ["c0", "c1"]  # within 0.8 of the first
+    assert digest([1.0, 0.5, 0.2], confidence=0.1).rivals == ["c0", "c1", "c2"]  # no clear root cause: all
+    assert digest([1.0, 0.9], offered=["c0"]).rivals == ["c0"]  # a model can choose only what has options
+    assert digest([]).rivals == [] and not digest([]).unsure
+
+
 def test_the_bench_sets_apart_the_cases_where_the_ranking_is_unsure(tmp_path):
     from judge.bench import unsure
 
@@ -131,7 +150,7 @@ def test_the_bench_sets_apart_the_cases_where_the_ranking_is_unsure(tmp_path):
     day(path, fault=2.0).close()
     fault = Question("fault", START, END, "")
     quiet = Question("quiet", T0 + dt.timedelta(minutes=40), T0 + dt.timedelta(minutes=60), "")
-    assert unsure(path, [fault, quiet]) == {"quiet"}
+    assert unsure(path, [fault, quiet]) == set()  # one clear candidate; none at all: nothing to decide
 
 
 def test_thresholds_fitted_on_the_other_days_are_reported_on_the_day_left_out():

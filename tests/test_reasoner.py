@@ -155,6 +155,34 @@ def test_a_lower_candidate_needs_a_check_that_finds_nothing_on_the_first(db, que
     assert out.transcript["status"] == "fallback" and out.answer["component"] == "cartservice"
 
 
+def _asked_system(db, questions):
+    chat = ScriptedChat(answer())
+    run(db, questions, chat, max_tools=0)
+    return chat.asked[0][0][0]["content"]
+
+
+def test_where_the_ranking_is_unsure_each_rival_is_tested_and_the_model_s_choice_stands(db, questions, monkeypatch):
+    import features.digest
+
+    monkeypatch.setattr(features.digest, "CLOSE", 0.0)  # every candidate with options is a rival
+    ids = option_ids(ranked_digest(db, questions))
+    rivals = list(dict.fromkeys(c for c, _ in ids.values()))
+    assert len(rivals) > 1
+    assert "Choose option 1a" in _asked_system(db, questions)  # not asked to decide: it confirms candidate 1
+    chat = ScriptedChat(answer("2a", fault_type=ids["2a"][1].fault_type))
+    out = run(db, questions, chat, max_tools=0, decide=True)
+    system, brief = chat.asked[0][0][0]["content"], chat.asked[0][0][1]["content"]
+    assert "you decide" in system and "Choose option 1a" not in system
+    for c in rivals:  # side by side: each rival's onset and liveness, and its tests' results
+        assert f"({c}):" in brief
+    assert brief.count("own evidence ") == len(rivals) and "liveness " in brief
+    assert set(chat.asked[0][1]["properties"]["option"]["enum"]) == set(ids)
+    assert out.error is None and out.answer["component"] == ids["2a"][0]
+    assert out.transcript["rivals"] == rivals and "the model chose" in out.transcript["why_not_top"]
+    checked = [s["action"] for s in out.answer["reasoning_trace"] if "(" in s["action"]]
+    assert not any(f"({rivals[0]})" in a for a in checked)  # the rivals set aside are not the trace's checks
+
+
 def test_only_a_check_of_the_evidence_an_option_rests_on_can_find_it_gone(db, questions):
     read = {checks_of(o)[0] for c, o in option_ids(ranked_digest(db, questions)).values() if c == "cartservice"}
     assert "log_templates" not in read  # pod failure rests on metrics; its logs say nothing either way
