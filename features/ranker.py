@@ -139,15 +139,16 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         else:
             units[comp] += its
             level[comp] = "pod" if service else "service"
-    # Level: one replica that carries the fault is the pod; two or more, the service. A replica carries it when
-    # its own anomaly is of the strongest replica's order: siblings that took over a sick pod's load, with its
-    # retries' few errors, echo it.
+    # Level: one replica that carries the fault is the pod; two or more, the service. Once the strongest replica is
+    # anomalous, a replica carries it when its own anomaly is of the strongest's order (the floor of an anomaly does
+    # not part replicas that moved alike): siblings that took over a sick pod's load, with its retries' few errors,
+    # echo it.
     for service, pods in pods_of.items():
         if len(pods) < 2:
             continue
         owns = {p: own(units[p]) for p in pods if p in units}
         strongest = max(owns.values(), default=0.0)
-        hit = [p for p, o in owns.items() if o >= ANOMALOUS and o >= CARRIES * strongest]
+        hit = [p for p, o in owns.items() if o >= CARRIES * strongest] if strongest >= ANOMALOUS else []
         if len(hit) == 1:
             units[hit[0]] += units.pop(service, [])
         elif len(hit) >= 2:
@@ -170,6 +171,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     for u, c in cands.items():
         deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
+        deps |= {p for d in deps for p in pods_of.get(d, ())}  # and a service's trouble, carried by one of its pods
         worst, by = max(((own_of[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)

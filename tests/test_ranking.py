@@ -370,3 +370,45 @@ def test_a_caller_s_self_time_is_its_wait_on_a_slow_call_however_few_its_calls(t
     tiny.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     selves = [i for i in traces.collect(tiny.done(), Window(START, END)) if i.signal == "self time"]
     assert [(i.component, i.echo) for i in selves] == [("p", True)] and "waiting on t" in selves[0].text
+
+
+def test_a_caller_is_explained_by_the_one_replica_that_carries_its_callee_s_fault(tiny):
+    """cart-0 refuses its calls (its siblings are fine); checkout, which calls cart, fails as often."""
+    tiny.chain(["checkout", "cart"])
+    tiny.place("checkout-0", "checkout")
+    tiny.series("checkout-0", "error_ratio", 0.5, service="checkout", source="apm", fault=70.0)
+    for i in range(3):
+        tiny.place(f"cart-{i}", "cart")
+        tiny.series(f"cart-{i}", "error_ratio", 0.1, service="cart", source="apm", fault=100.0 if i == 0 else None)
+        tiny.series(f"cart-{i}", "response", 900.0, service="cart", source="apm", fault="stop" if i == 0 else None)
+    candidates = digest(tiny.done()).candidates
+    assert (candidates[0].component, candidates[0].level) == ("cart-0", "pod")
+    caller = next(c for c in candidates if c.component == "checkout")
+    assert caller.explained_by == "cart-0"
+
+
+def test_replicas_whose_own_anomalies_are_alike_carry_the_fault_together_though_one_alone_passes_the_floor():
+    """A fault on the calls into shipping: its three pods send a little more, one of them just past the floor of
+    an anomaly. Alike, they are the service; one replica alone carries a fault only when its siblings' own
+    anomalies are under half of its own."""
+    import networkx as nx
+
+    from features.ranker import ANOMALOUS, rank
+
+    g = nx.DiGraph()
+    g.add_edge("checkout", "shipping", kind="call", calls=20)
+    pods = {"shipping": {"shipping-0", "shipping-1", "shipping-2"}, "checkout": {"checkout-0"}}
+    for service, members in pods.items():
+        for p in members:
+            g.add_edge(service, p, kind="has")
+
+    def sent(pod, score):
+        return Item(pod, "metric", score, "pod_network_transmit_bytes", f"metric of {pod}", "network")
+
+    calls = Item("shipping", "trace", 0.7, "error calls", "trace checkout -> shipping: errors", "errors")
+    alike = [calls, sent("shipping-0", ANOMALOUS + 0.01), sent("shipping-1", 0.17), sent("shipping-2", 0.16)]
+    top = rank(alike, g, pods, set())[0]
+    assert (top.component, top.level) == ("shipping", "service")
+    alone = [calls, sent("shipping-0", 0.6), sent("shipping-1", 0.17), sent("shipping-2", 0.16)]
+    top = rank(alone, g, pods, set())[0]
+    assert (top.component, top.level) == ("shipping-0", "pod")
