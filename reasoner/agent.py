@@ -197,7 +197,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     # Each rival's first option (1a where the ranking is sure) is tested before the model reads the brief: where
     # its evidence was read, where its fault shows.
     tests = [check(tool, c) for c in rivals for tool in checks_of(next(o for k, o in options.values() if k == c))]
-    messages = [{"role": "system", "content": system_prompt(max_tools, len(rivals))},
+    numbers = [i for i, c in enumerate(digest.candidates, 1) if c.component in rivals]
+    messages = [{"role": "system", "content": system_prompt(max_tools, numbers)},
                 {"role": "user", "content": user_prompt(question.description, digest, tests)}]
     tested = len(tool_steps)
     must_answer = False  # set when the model repeats a check (it has learnt all it will) or is repaired

@@ -35,10 +35,11 @@ an echo shows only slow or failing calls into another candidate. Never choose a 
 evidence gone."""
 
 
-def system_prompt(max_tools: int, rivals: int = 1) -> str:
-    """What the model is told; with `rivals` (the first N candidates, when the ranking is unsure) it decides."""
+def system_prompt(max_tools: int, rivals: list[int] = ()) -> str:
+    """What the model is told; given two or more `rivals` (candidate numbers, where the ranking is unsure) it decides
+    among them."""
     checks = f"You may make {max_tools} more check(s) before you answer. " if max_tools else "Answer now. "
-    decide = (UNSURE.format(rivals=", ".join(map(str, range(1, rivals + 1))), checks=checks) if rivals > 1
+    decide = (UNSURE.format(rivals=", ".join(map(str, rivals)), checks=checks) if len(rivals) > 1
               else SURE.format(checks=checks))
     return SYSTEM.format(tools=", ".join(TOOLS), decide=decide, types=", ".join(FAULT_TYPES))
 

@@ -173,6 +173,8 @@ def test_where_the_ranking_is_unsure_each_rival_is_tested_and_the_model_s_choice
     out = run(db, questions, chat, max_tools=0, decide=True)
     system, brief = chat.asked[0][0][0]["content"], chat.asked[0][0][1]["content"]
     assert "you decide" in system and "Choose option 1a" not in system
+    numbers = [str(i) for i, c in enumerate(ranked_digest(db, questions).candidates, 1) if c.component in rivals]
+    assert f"cannot tell candidates {', '.join(numbers)} apart" in system
     for c in rivals:  # side by side: each rival's onset and liveness, and its tests' results
         assert f"({c}):" in brief
     assert brief.count("own evidence ") == len(rivals) and "liveness " in brief
