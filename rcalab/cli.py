@@ -209,7 +209,7 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
         with working("diagnose") as update:
             result = run({"simulated": schedule}, list(real), per_type=sample, scale=scale or REPLAY_SCALE,
                          progress=update)
-        tables.append(diagnose_table(result))
+        tables += diagnose_tables(result)
     elif what == "detect":
         from features.bench import DEMO_DAY, DETECT_RANDOM, detection, folds, run
 
@@ -314,17 +314,24 @@ def baselines_table(result: dict) -> Table:
     return table
 
 
-def diagnose_table(result: dict) -> Table:
-    table = Table(title="rcalab bench diagnose (the same stratified cases for both agents)")
-    table.add_column("measure")
-    for name in result:
-        table.add_column(name, justify="right")
-    for measure in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "unsure", "LA_unsure",
-                    "answered", "fallback",
-                    "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
-        table.add_row(measure.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure").replace("_", " "),
-                      *["" if r.get(measure) is None else f"{r[measure]:g}" for r in result.values()])
-    return table
+def diagnose_tables(result: dict) -> list[Table]:
+    """A table per set (the agents side by side on the same cases), so that each fits an 80-column terminal."""
+    sets = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in result))
+    tables = []
+    for s in sets:
+        agents = {name.rsplit("/", 1)[1]: r for name, r in result.items() if name.rsplit("/", 1)[0] == s}
+        table = Table(title=f"rcalab bench diagnose: {s}")
+        table.add_column("measure")
+        for agent in agents:
+            table.add_column(agent, justify="right")
+        for measure in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "unsure", "LA_unsure",
+                        "answered", "fallback",
+                        "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
+            table.add_row(measure.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure")
+                          .replace("_", " "), *["" if r.get(measure) is None else f"{r[measure]:g}"
+                                                for r in agents.values()])
+        tables.append(table)
+    return tables
 
 
 def detect_table(result: dict) -> Table:
