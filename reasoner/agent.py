@@ -1,8 +1,9 @@
 """The `llm` agent: option 1a is tested on the top candidate with read-only tools (where its evidence was read,
 where its fault type shows); the model reads the ranking's options with those results, may check further, and
-chooses an option (and may correct its fault type). Asked to decide, where the ranking is unsure (`Digest.unsure`) the
-model gets the rivals side by side, each tested, and its choice among them stands. The reason is the `rank` reason, then the keys the checks
-found moving on the chosen candidate, then the model's words; the reasoning trace is made from the steps taken.
+chooses an option (and may correct its fault type). Asked to decide, where the ranking is unsure (`Digest.unsure`)
+the model gets the rivals side by side, each tested, and its choice among them stands. The reason is the `rank`
+reason, then the keys the checks found moving on the chosen candidate, then the model's words; the reasoning trace is
+the ranking's steps and the checks of the chosen candidate (and of any whose evidence a check found gone).
 Where the model fails (malformed twice, endpoint down, time limit), the `rank` answer stands.
 
 The model is called through `Chat`: a function from (messages, JSON schema, seconds it may take)
@@ -219,8 +220,9 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                      or [c for c in targets if c not in rivals and c not in contradicted])
             open_options = [o for o, (c, _) in options.items() if c in open_]
             if not open_options:
-                raise CaseFailed(f"a check of {flat(top, 60)} found its evidence gone and no other candidate has "
-                                 "options: no clear root cause")
+                gone = ", ".join(flat(c, 60) for c in contradicted)
+                raise CaseFailed(f"checks found the evidence of {gone} gone and no other candidate has options: "
+                                 "no clear root cause")
             schema = step_schema([*TOOLS, "answer"] if allow else ["answer"], targets, open_options,
                                  fault_types_for({levels[options[o][0]] for o in open_options}))
             t = time.perf_counter()
