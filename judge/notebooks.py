@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+import tempfile
 from pathlib import Path
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -18,6 +19,7 @@ def render_notebooks(db: Path, input_json: Path, folder: Path) -> dict[str, str]
     """Each notebook executed on `db` (its cases from `input_json`) and written as `<folder>/<name>.html`; returns
     name -> what happened: the page's name, or why it could not be run (the rest of the report stands)."""
     import nbformat
+    from jupyter_client import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
     from nbconvert import HTMLExporter
@@ -30,8 +32,14 @@ def render_notebooks(db: Path, input_json: Path, folder: Path) -> dict[str, str]
     for name in RENDERED:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         try:
-            NotebookClient(nb, timeout=900, kernel_name="python3",
-                           resources={"metadata": {"path": str(folder)}}).execute(env=env)
+            with tempfile.TemporaryDirectory() as sockets:  # the kernel over local sockets, not TCP
+                kernel = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+                try:
+                    NotebookClient(nb, km=kernel, timeout=900,
+                                   resources={"metadata": {"path": str(folder)}}).execute(env=env)
+                finally:
+                    if kernel.has_kernel:
+                        kernel.shutdown_kernel(now=True)
         except CellExecutionError as e:
             done[name] = f"failed: {str(e).strip().splitlines()[-1][:200]}"
             continue
