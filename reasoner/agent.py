@@ -200,7 +200,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     tests = [check(tool, c) for c in rivals for tool in checks_of(next(o for k, o in options.values() if k == c))]
     numbers = [i for i, c in enumerate(digest.candidates, 1) if c.component in rivals]
     messages = [{"role": "system", "content": system_prompt(max_tools, numbers)},
-                {"role": "user", "content": user_prompt(question.description, digest, tests)}]
+                {"role": "user", "content": user_prompt(question.description, digest, tests,
+                                                        rivals if len(rivals) > 1 else [])}]
     tested = len(tool_steps)
     must_answer = False  # set when the model repeats a check (it has learnt all it will) or is repaired
     calls: list[dict] = []

@@ -53,12 +53,11 @@ def option_ids(digest: Digest) -> dict[str, tuple[str, Option]]:
     return ids
 
 
-def user_prompt(description: str, digest: Digest, tests: list[str] = ()) -> str:
+def user_prompt(description: str, digest: Digest, tests: list[str] = (), rivals: list[str] = ()) -> str:
     """The incident, the ranking's top candidates, each with its options and strongest evidence, and the results of
-    the tests (of option 1a; where the ranking is unsure, of each rival's first option). A rival also shows what
-    tells it apart: when its own evidence started and whether its own liveness broke."""
+    the tests (of option 1a; where the model decides, of each rival's first option). A rival the model decides
+    among also shows what tells it apart: when its own evidence started and whether its own liveness broke."""
     ids = option_ids(digest)
-    rivals = digest.rivals if digest.unsure else []
     lines = [f"Incident: {flat(description, 300)}", "Candidates, most likely first:"]
     for i, c in enumerate(digest.candidates[:BRIEF_CANDIDATES], 1):
         echo = f"; partly an echo of {flat(c.explained_by, 60)}" if c.explained_by else ""

@@ -155,10 +155,10 @@ def test_a_lower_candidate_needs_a_check_that_finds_nothing_on_the_first(db, que
     assert out.transcript["status"] == "fallback" and out.answer["component"] == "cartservice"
 
 
-def _asked_system(db, questions):
+def _asked(db, questions):
     chat = ScriptedChat(answer())
     run(db, questions, chat, max_tools=0)
-    return chat.asked[0][0][0]["content"]
+    return chat.asked[0][0][0]["content"], chat.asked[0][0][1]["content"]
 
 
 def test_where_the_ranking_is_unsure_each_rival_is_tested_and_the_model_s_choice_stands(db, questions, monkeypatch):
@@ -168,7 +168,8 @@ def test_where_the_ranking_is_unsure_each_rival_is_tested_and_the_model_s_choice
     ids = option_ids(ranked_digest(db, questions))
     rivals = list(dict.fromkeys(c for c, _ in ids.values()))
     assert len(rivals) > 1
-    assert "Choose option 1a" in _asked_system(db, questions)  # not asked to decide: it confirms candidate 1
+    system, brief = _asked(db, questions)  # not asked to decide: it confirms candidate 1, as its brief says
+    assert "Choose option 1a" in system and "own evidence " not in brief
     chat = ScriptedChat(answer("2a", fault_type=ids["2a"][1].fault_type))
     out = run(db, questions, chat, max_tools=0, decide=True)
     system, brief = chat.asked[0][0][0]["content"], chat.asked[0][0][1]["content"]
