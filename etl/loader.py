@@ -1,16 +1,22 @@
-"""The ETL run: find the dump's files, load new and changed ones, and mark the days their rows fall on
-(`dirty_days`) for the features' refresh (`features/refresh.py`).
+"""The ETL run: find the dump's files, and (re)build the load shard of every day of the dump one of whose files
+is new, changed, failed before or gone; then mine the new shards' log lines for templates, in day order, and
+mark the UTC days whose features read their rows (`dirty_days`) for the refresh (`features/refresh.py`).
 
-Each file loads in one transaction (its old rows out, its new rows in, its manifest row),
-so an interrupted run leaves every file either fully loaded or not at all. A file that
-fails is recorded in the manifest with the reason and the run goes on.
+A day is a unit of work (`load_day`, a task that may run in this process or on a Dask worker): it writes a
+shard under a temporary name, copying the rows of its unchanged files from the day's previous shard and
+reading the rest, each file in one transaction, and renames it into place; the catalog then switches to it in
+one transaction. A task that dies leaves the previous shard and the catalog as they were, and a rerun (or the
+engine's retry) redoes the day. A file that fails is recorded in the manifest with the reason (the rows of its
+previous load kept) and the rest goes on.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +26,10 @@ from typing import Callable
 import duckdb
 
 from rcalab.errors import LoadError, StoreError
+from rcalab.tasks import run_tasks
 
 from . import store
-from .adapters import TABLES, InputFile, adapter_for
+from .adapters import ADAPTERS, TABLES, InputFile, adapter_for
 from .loglines import event_sql, level_sql, mask_sql, mine_new
 
 log = logging.getLogger(__name__)
@@ -47,16 +54,58 @@ class Report:
         return bool(self.failed)
 
 
+@dataclass(frozen=True)
+class Source:
+    """A file of a day to load: read it (`copy` False) or copy its rows from the day's previous shard."""
+    path: str
+    kind: str
+    reason: str
+    file_id: int
+    copy: bool = False
+
+
+@dataclass(frozen=True)
+class Day:
+    """The task of one day of a dump: its files, the shard it replaces (or None) and the shard it writes."""
+    adapter: str
+    sources: tuple[Source, ...]
+    previous: str | None
+    out: str
+
+
+@dataclass
+class Loaded:
+    """What a day's task did to a file."""
+    file_id: int
+    path: str
+    kind: str
+    status: str  # loaded | failed | copied
+    rows: int = 0
+    error: str = ""
+    left_out: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class DayResult:
+    out: str
+    files: list[Loaded]
+    lo: dt.datetime | None  # the time span of its rows
+    hi: dt.datetime | None
+
+
 def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None,
-            then: Callable[[duckdb.DuckDBPyConnection, Report], None] | None = None) -> Report:
-    """Load `dump` into the store `db` incrementally (see the module docstring). `then(con, report)` runs once
-    the files are in, on the same connection and under the same lock (the nightly job refreshes the features)."""
+            then: Callable[[duckdb.DuckDBPyConnection, Report], None] | None = None, client=None) -> Report:
+    """Load `dump` into the store `db` incrementally (see the module docstring), each day a task: in this process,
+    or on the Dask cluster of `client` (the store must then be on a file system every worker reaches).
+    `then(con, report)` runs once the files are in, on the same connection and under the same lock (the nightly
+    job refreshes the features)."""
     dump = Path(dump).resolve()  # a file is known by its real path, however the dump was named
     adapter = adapter_for(dump, fmt)
     with store.exclusive(db):
         con = store.connect(db)
         try:
-            report = _run(con, adapter, dump, progress)
+            report = _run(con, Path(db), adapter, dump, progress, client)
             if then:
                 then(con, report)
             return report
@@ -64,84 +113,201 @@ def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
             con.close()
 
 
-def _run(con, adapter, dump: Path, progress) -> Report:
+DAY_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def day_of(dump: Path, path: Path) -> str:
+    """The day of the dump a file belongs to: the first folder (the dump's own included) named by a date, or
+    'undated' (a dump of one period: a case folder, an OTLP export)."""
+    return next((part for part in (dump.name, *path.relative_to(dump).parts[:-1]) if DAY_FOLDER.fullmatch(part)),
+                "undated")
+
+
+def _run(con, db: Path, adapter, dump: Path, progress, client) -> Report:
     report = Report(adapter.NAME)
     files = adapter.discover(dump)
     known = {row[0]: row[1:] for row in con.execute("select path, bytes, mtime, status, file_id from manifest").fetchall()}
     present = {str(f.path) for f in files}
-    for path, (_, _, status, fid) in known.items():
-        if status == "loaded" and path.startswith(f"{dump}/") and path not in present:
-            _drop(con, fid, path)
-            report.removed += 1
-    todo = []
+    tag = hashlib.sha1(str(dump).encode()).hexdigest()[:8]  # days of different dumps in one store stay apart
+    shards = {key: (build, file, lo, hi) for build, key, file, lo, hi in
+              con.execute("select build, key, file, lo, hi from shards where kind = 'load'").fetchall()}
+    days: dict[str, list] = {}
     for file in files:
         stat, problem = _stat(file.path)
         if problem:  # only regular files are read: a pipe would block the run, a dangling link has nothing
             file = InputFile(file.path, "skip", problem)
         prev = known.get(str(file.path))
-        if prev and prev[0] == stat.st_size and prev[1] == stat.st_mtime and prev[2] in ("loaded", "skipped"):
+        same = prev and prev[0] == stat.st_size and prev[1] == stat.st_mtime
+        if same and prev[2] in ("loaded", "skipped"):
             report.unchanged += 1
-        elif file.kind == "skip":
-            _record(con, file, _file_id(con, prev), 0, "skipped", file.reason)
-            report.skipped += 1
-        else:
-            todo.append((file, prev))
-    for i, (file, prev) in enumerate(todo):
-        if progress:
-            progress(i, file.path.name)
-        started = time.perf_counter()
-        try:
-            rows, left_out = _load(con, adapter, file, prev)
-        except duckdb.InterruptException:  # a Ctrl-C inside a query: the file is left as it was, the run ends
-            _rollback(con)
-            raise
-        except (duckdb.Error, ValueError, LoadError) as e:
-            _rollback(con)
-            if isinstance(e, duckdb.Error) and store.unwritable(e):  # the store's disk, not the file: stop here
-                raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]}); the {len(report.loaded)} "
-                                 "files loaded before are kept; run the same command again once that is mended") \
-                    from None
-            reason = str(e).splitlines()[0]
-            fid = _file_id(con, prev)
-            kept = sum(con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchone()[0]
-                       for table in TABLES.values())  # under whatever kind it loaded as before
-            if kept:  # a failed reload: the previous load's rows stay, and the manifest says so
-                reason += f"; the {kept} rows of its previous load are kept"
-            _record(con, file, fid, kept, "failed", reason)
-            report.failed.append((str(file.path), reason))
-            log.warning("%s: %s", file.path, reason)
+        if file.kind == "skip":
+            if not (same and prev[2] == "skipped"):
+                _record(con, str(file.path), file.kind, _file_id(con, prev), 0, "skipped", file.reason)
+                report.skipped += 1
             continue
-        report.loaded.append(str(file.path))
-        if left_out:
-            report.left_out.append(str(file.path))
-        report.rows += rows
-        report.rows_by_kind[file.kind] = report.rows_by_kind.get(file.kind, 0) + rows
-        report.seconds_by_kind[file.kind] = report.seconds_by_kind.get(file.kind, 0.0) + time.perf_counter() - started
+        days.setdefault(f"{day_of(dump, file.path)}-{tag}", []).append((file, prev, same and prev[2] == "loaded"))
+    gone: dict[str, list[tuple[str, int]]] = {}
+    for path, (_, _, status, fid) in known.items():
+        if status == "loaded" and path.startswith(f"{dump}/") and path not in present:
+            gone.setdefault(f"{day_of(dump, Path(path))}-{tag}", []).append((path, fid))
+    todo = []
+    next_id = con.execute("select coalesce(max(file_id), 0) + 1 from manifest").fetchall()[0][0]
+    build = _next_build(con, db)
+    for key in sorted(set(days) | set(gone)):
+        entries = days.get(key, [])
+        if all(copy for *_, copy in entries) and key not in gone and key in shards:
+            continue
+        sources = []
+        for file, prev, copy in entries:
+            if prev:
+                fid = prev[3]
+            else:
+                fid, next_id = next_id, next_id + 1
+            sources.append(Source(str(file.path), file.kind, file.reason, fid, copy and key in shards))
+        previous = store.shard_dir(db) / shards[key][1] if key in shards else None
+        todo.append((key, Day(adapter.NAME, tuple(sources), previous and str(previous),
+                              str(store.shard_dir(db) / f"load-{key}.{build + len(todo)}.duckdb"))))
+    done = 0
+    try:
+        for i, result in run_tasks(load_day, [day for _, day in todo], client):
+            key = todo[i][0]
+            if progress:
+                progress(done, f"day {key.rsplit('-', 1)[0]} of the dump")
+            _switch(con, db, key, result, shards.get(key), gone.get(key, []), report)
+            done += 1
+    except StoreError as e:
+        raise StoreError(f"{e}; the {done} days loaded before it are kept; run the same command again once that is "
+                         "mended") from None
+    mine_shards(con, db)
     con.execute("delete from dirty_days where day not between ? and ?", [FIRST_DAY, last_day()])  # none can load
     return report
 
 
-def _mark_days(con, table: str, fid: int) -> None:
-    """The days a file's rows fall on wait for a feature refresh."""
-    con.execute(f"insert or ignore into dirty_days select distinct ts::date from {table} where file_id = ?", [fid])
+def _next_build(con, db: Path) -> int:
+    """The next shard's build number. Files in the shard folder that the catalog does not list are what an
+    interrupted run left (a temporary file, or a shard renamed into place before the catalog switched): removed."""
+    folder = store.shard_dir(db)
+    folder.mkdir(exist_ok=True)
+    listed = {file for file, in con.execute("select file from shards").fetchall()}
+    for path in folder.iterdir():
+        if path.name not in listed:
+            path.unlink()
+    return con.execute("select coalesce(max(build), 0) + 1 from shards").fetchall()[0][0]
+
+
+def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[str, int]], report: Report) -> None:
+    """In one transaction: the manifest rows of a day's files, its new shard in the catalog in place of the old,
+    and the UTC days whose features read their rows marked; then the old shard's file goes."""
+    con.execute("begin")
+    for f in result.files:
+        if f.status == "copied":
+            continue
+        _record(con, f.path, f.kind, f.file_id, f.rows, f.status, f.error)
+        if f.status == "failed":
+            report.failed.append((f.path, f.error))
+            log.warning("%s: %s", f.path, f.error)
+            continue
+        report.loaded.append(f.path)
+        report.left_out += [f.path] if f.left_out else []
+        report.rows += f.rows
+        report.rows_by_kind[f.kind] = report.rows_by_kind.get(f.kind, 0) + f.rows
+        report.seconds_by_kind[f.kind] = report.seconds_by_kind.get(f.kind, 0.0) + f.seconds
+    for path, fid in gone:
+        con.execute("update manifest set status = 'removed', rows = 0, error = ?, "
+                    "loaded_at = current_timestamp::timestamp where file_id = ?",
+                    ["the file is gone from the dump; its rows were dropped", fid])
+        log.info("%s: gone from the dump, rows dropped", path)
+        report.removed += 1
+    if old:
+        con.execute("delete from shards where build = ?", [old[0]])
+    out = Path(result.out)
+    if result.files:
+        con.execute("insert into shards values (?, 'load', ?, ?, ?, ?, false)",
+                    [int(out.suffixes[-2][1:]), key, out.name, result.lo, result.hi])
+    for lo, hi in ((old[2], old[3]) if old else (None, None), (result.lo, result.hi)):
+        if lo is not None:
+            con.execute("insert or ignore into dirty_days select unnest(range(?::date, ?::date + 1, interval 1 day))",
+                        [lo - store.REACH, hi + store.REACH])
+    con.execute("commit")
+    if old:
+        (store.shard_dir(db) / old[1]).unlink(missing_ok=True)
+    if not result.files:  # every file of the day is gone
+        out.unlink(missing_ok=True)
+
+
+def mine_shards(con, db: Path) -> None:
+    """Give the masked log lines of every shard not yet mined their templates: shard by shard in the order of
+    their days, each text in the order it first appears, so that template ids do not depend on which day a
+    worker finished first."""
+    store.open_shards(con, db)
+    for build, in con.execute("select build from shards where kind = 'load' and not mined order by key").fetchall():
+        new = [t for t, in con.execute(f"""select masked from shard_{build}.log_lines
+                                            where masked not in (select masked from log_masked)
+                                            group by masked order by min(ts), masked""").fetchall()]
+        con.execute("begin")
+        mine_new(con, new)
+        con.execute("update shards set mined = true where build = ?", [build])
+        con.execute("commit")
+
+
+def load_day(day: Day) -> DayResult:
+    """A day's task: its shard written under a temporary name and renamed into place."""
+    adapter = ADAPTERS[day.adapter]
+    out = Path(day.out)
+    tmp = out.with_name(out.name + ".tmp")
+    con = store.new_shard(tmp)
+    try:
+        if day.previous:
+            store.attach(con, day.previous, "previous")
+        done = [_copied(con, src) if src.copy else _loaded(con, adapter, src, day.previous) for src in day.sources]
+        con.execute(f"""insert into placement select pod, service, node, min(ts), max(ts)
+                        from ({' union all '.join(PLACEMENT_SOURCES.values())})
+                        where pod is not null and node is not null group by all""")
+        (lo, hi), = con.execute("select min(ts), max(ts) from (" + " union all ".join(
+            f"select ts from {table}" for table in ("metric_points", "log_lines", "spans")) + ")").fetchall()
+        con.execute("checkpoint")
+    except duckdb.Error as e:
+        if store.unwritable(e):  # the store's disk, not a file: stop here
+            raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]})") from None
+        raise
+    finally:
+        con.close()
+    os.replace(tmp, out)
+    return DayResult(str(out), done, lo, hi)
+
+
+def _copied(con, src: Source) -> Loaded:
+    """An unchanged file: its rows as the day's previous shard holds them."""
+    return Loaded(src.file_id, src.path, src.kind, "copied", _copy(con, src.file_id))
+
+
+def _copy(con, fid: int) -> int:
+    return sum(con.execute(f"insert into {table} select * from previous.{table} where file_id = ?",
+                           [fid]).fetchall()[0][0] for table in TABLES.values())
+
+
+def _loaded(con, adapter, src: Source, previous: str | None) -> Loaded:
+    """A file read into the day's shard in one transaction; one that fails keeps its previous load's rows."""
+    started = time.perf_counter()
+    try:
+        rows, left_out, said = _load(con, adapter, src)
+    except duckdb.InterruptException:  # a Ctrl-C inside a query: the run ends
+        _rollback(con)
+        raise
+    except (duckdb.Error, ValueError, LoadError) as e:
+        _rollback(con)
+        if isinstance(e, duckdb.Error) and store.unwritable(e):
+            raise
+        reason = str(e).splitlines()[0]
+        kept = _copy(con, src.file_id) if previous else 0  # under whatever kind it loaded as before
+        if kept:  # a failed reload: the previous load's rows stay, and the manifest says so
+            reason += f"; the {kept} rows of its previous load are kept"
+        return Loaded(src.file_id, src.path, src.kind, "failed", kept, reason)
+    return Loaded(src.file_id, src.path, src.kind, "loaded", rows, said, left_out, time.perf_counter() - started)
 
 
 def last_day() -> dt.date:
     return dt.date.today() + dt.timedelta(days=366)
-
-
-def _drop(con, fid: int, path: str) -> None:
-    """A file gone from the dump: its rows go too (their days are refreshed), the manifest says why."""
-    kind = con.execute("select kind from manifest where file_id = ?", [fid]).fetchall()[0][0]
-    table = TABLES[kind]
-    con.execute("begin")
-    if kind in PLACEMENT_SOURCES:
-        _mark_days(con, table, fid)
-    con.execute(f"delete from {table} where file_id = ?", [fid])
-    con.execute("update manifest set status = 'removed', rows = 0, error = ?, loaded_at = current_timestamp::timestamp "
-                "where file_id = ?", ["the file is gone from the dump; its rows were dropped", fid])
-    con.execute("commit")
-    log.info("%s: gone from the dump, rows dropped", path)
 
 
 def _rollback(con) -> None:
@@ -168,40 +334,36 @@ def _stat(path: Path) -> tuple[os.stat_result, str]:
     return stat, ""
 
 
-def _record(con, file: InputFile, fid: int, rows: int, status: str, error: str) -> None:
-    stat, _ = _stat(file.path)
+def _record(con, path: str, kind: str, fid: int, rows: int, status: str, error: str) -> None:
+    stat, _ = _stat(Path(path))
     con.execute("delete from manifest where file_id = ?", [fid])
     con.execute("insert into manifest values (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp::timestamp)",
-                [fid, str(file.path), file.kind, rows, stat.st_size, stat.st_mtime, status, error or None])
+                [fid, path, kind, rows, stat.st_size, stat.st_mtime, status, error or None])
 
 
-def _load(con, adapter, file: InputFile, prev) -> tuple[int, bool]:
-    """Load one file in one transaction; returns its row count and whether rows no system can produce were left
-    out."""
-    if file.kind == "unreadable":  # the adapter could not read it to tell what it holds
-        raise LoadError(file.reason)
-    table = TABLES[file.kind]
-    query = adapter.query(con, file)
-    select, params = query.sql, query.params
-    fid = _file_id(con, prev)
+def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
+    """Load one file in one transaction; returns its row count, whether rows no system can produce were left
+    out, and what the manifest says of it."""
+    if src.kind == "unreadable":  # the adapter could not read it to tell what it holds
+        raise LoadError(src.reason)
+    table = TABLES[src.kind]
+    path = Path(src.path)
+    query = adapter.query(con, InputFile(path, src.kind, src.reason))
+    select, params, fid = query.sql, query.params, src.file_id
     left_out: list[str] = []
     con.execute("begin")
-    if file.kind in PLACEMENT_SOURCES:  # the days of the rows it replaces are refreshed too
-        _mark_days(con, table, fid)
-    con.execute(f"delete from {table} where file_id = ?", [fid])
-    if file.kind == "log":  # lines repeat: each distinct text is masked once
+    if src.kind == "log":  # lines repeat: each distinct text is masked once; templates are mined in the catalog
         con.execute(f"create or replace temp table staged as {select}", params)
         con.execute(f"""create or replace temp table masks as
                         select text, {mask_sql('text')} as masked, {level_sql('text')} as level,
                                {event_sql('text')} as event
                         from (select distinct text from staged)""")
-        mine_new(con, "masks")
         con.execute(f"""insert into log_lines by name
-                        select s.ts, s.component, s.service, s.node, m.template_id, s.message, {fid} as file_id,
+                        select s.ts, s.component, s.service, s.node, k.masked, s.message, {fid} as file_id,
                                k.level, s.trace_id, s.span_id, k.event
-                        from staged s join masks k using (text) join log_masked m using (masked)""")
-    elif file.kind in IMPOSSIBLE:
-        reasons = IMPOSSIBLE[file.kind]
+                        from staged s join masks k using (text)""")
+    elif src.kind in IMPOSSIBLE:
+        reasons = IMPOSSIBLE[src.kind]
         counts, = con.execute(f"select {', '.join(f'count(*) filter ({p})' for p in reasons.values())} "
                               f"from ({select})", params).fetchall()
         left_out = [f"{reason} ({n:,})" for reason, n in zip(reasons, counts) if n]
@@ -210,7 +372,7 @@ def _load(con, adapter, file: InputFile, prev) -> tuple[int, bool]:
     else:
         con.execute(f"insert into {table} select *, {fid} from ({select})", params)
     rows = con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchall()[0][0]
-    if file.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
+    if src.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
         (untimed, outside, example), = con.execute(
             f"""select count(*) - count(ts), count(*) filter (where ts::date not between ? and ?),
                        min(ts::text) filter (where ts::date not between ? and ?)
@@ -219,13 +381,10 @@ def _load(con, adapter, file: InputFile, prev) -> tuple[int, bool]:
             raise ValueError(f"{untimed} rows without a time")
         if outside:
             raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
-        _mark_days(con, table, fid)
-        _update_placement(con, file.kind, fid)
     said = [f"left out {', '.join(left_out)}; the rest loaded" if left_out else "",
-            _rejected(con, file.path) if query.rejects else ""]
-    _record(con, file, fid, rows, "loaded", "; ".join(filter(None, said)))
+            _rejected(con, path) if query.rejects else ""]
     con.execute("commit")
-    return rows, bool(left_out)
+    return rows, bool(left_out), "; ".join(filter(None, said))
 
 
 def _rejected(con, path: Path) -> str:
@@ -254,12 +413,4 @@ PLACEMENT_SOURCES = {
     "log": "select component as pod, service, node, ts, file_id from log_lines",
     "trace": "select pod, service, node, ts, file_id from spans",
 }
-
-
-def _update_placement(con, kind: str, fid: int) -> None:
-    con.execute(f"""insert into placement select pod, service, node, min(ts), max(ts) from ({PLACEMENT_SOURCES[kind]})
-                    where file_id = ? and pod is not null and node is not null group by all""", [fid])
-    con.execute("""create or replace table placement as
-                   select pod, service, node, min(first_seen) as first_seen, max(last_seen) as last_seen
-                   from placement group by all""")
 

@@ -1,9 +1,9 @@
 """How a log line becomes a row of `log_lines`: its severity is read into its own column, its code
 position (`logger#line`) into `event`, and its leading time stamp and level are cut, so that an
 ERROR line and an INFO line of the same shape share a template whose minutes still count the errors.
-The rest is masked in SQL (ids, IPs, numbers, UUIDs, hex), and each distinct masked message is mined
-once by Drain3; the miner's state lives in the store, so template ids stay the same from one nightly
-run to the next."""
+The rest is masked in SQL (ids, IPs, numbers, UUIDs, hex) as a day loads (`masked`), and each distinct
+masked message is mined once by Drain3 in the catalog, day after day in order; the miner's state lives in
+the store, so template ids stay the same from one nightly run to the next, wherever the days loaded."""
 
 from __future__ import annotations
 
@@ -78,10 +78,8 @@ def _miner(con: duckdb.DuckDBPyConnection) -> TemplateMiner:
     return TemplateMiner(StoreState(con), config)
 
 
-def mine_new(con: duckdb.DuckDBPyConnection, staged: str) -> int:
-    """Give every masked message in table `staged` (column `masked`) a template id; returns how many were new."""
-    new = [r[0] for r in con.execute(
-        f"select distinct masked from {staged} where masked not in (select masked from log_masked)").fetchall()]
+def mine_new(con: duckdb.DuckDBPyConnection, new: list[str]) -> int:
+    """Give every masked message of `new` (none known yet, in the order to mine them) a template id."""
     if not new:
         return 0
     miner = _miner(con)

@@ -1,7 +1,16 @@
-"""The feature store: one DuckDB file, its schema as ordered migrations, and the ETL lock."""
+"""The feature store: a catalog (the `--db` DuckDB file) and its day shards, the schema as ordered
+migrations, and the ETL lock.
+
+The ETL writes each day of a dump into a shard of its own (`load-*` files: the canonical tables), the
+feature refresh each UTC day into another (`features-*`); both are DuckDB files of this same schema in a
+folder beside the catalog (`STORE.shards`). The catalog keeps the manifest, the log templates and the list
+of shards (`shards`); a connection to it attaches every shard read-only and names each table as the union
+of the shards' in a temporary view, which its own (empty) table of that name gives way to. Readers see one
+store; a store built by hand, row by row (the tests' tiny stores), has no shards and is read as it is."""
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import os
 import re
@@ -11,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from rcalab.errors import StoreBusy, StoreError
+from rcalab.tasks import worker_threads
 
 # Ordered, append-only: each migration runs once, in a transaction, when the store opens.
 MIGRATIONS = [
@@ -67,17 +77,31 @@ MIGRATIONS = [
     """),
     ("spans of logging operations that logged nothing, in event paths",
      "insert or ignore into dirty_days select distinct ts::date from log_lines where span_id is not null;"),
+    ("day shards", """
+    alter table log_lines add column masked text;
+    create table shards (build integer primary key, kind text, key text, file text, lo timestamp, hi timestamp,
+        mined boolean);
+    delete from metric_points; delete from log_lines; delete from spans; delete from placement;
+    delete from declared_calls; delete from log_template_minute; delete from metric_anomaly; delete from changepoints;
+    delete from trace_edge_minute; delete from trace_edge_anomaly; delete from span_self_minute;
+    delete from event_pair_minute; delete from dirty_days;
+    delete from manifest;  -- the next run loads every file again, into shards
+    """),
 ]
+LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement")  # in `load-*` shards
+FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
+            "span_self_minute", "event_pair_minute")  # in `features-*` shards
 
 # One line per table for `rcalab schema`.
 DESCRIPTIONS = {
     "manifest": "every input file: loaded, skipped or failed (with the reason), its size, mtime and rows",
     "metric_points": "every metric value, long format; metric names verbatim from the source",
     "log_lines": "every log line with its pod, service, node, Drain3 template, severity (level), the trace and "
-                 "span it was written in where the dump says, and its code position (event, logger#line) if it has one",
+                 "span it was written in where the dump says, its code position (event, logger#line) if it has one, "
+                 "and the masked text its template was mined from",
     "spans": "every span: trace, parent, start, duration, service, pod, node, kind, status",
     "placement": "which pod ran on which node, first and last seen",
-    "log_templates": "Drain3 templates (ids kept across nightly runs) with line counts",
+    "log_templates": "Drain3 templates (ids kept across nightly runs) with line counts and their first minute",
     "log_masked": "masked message -> template id (identical masked messages are mined once)",
     "drain_state": "the Drain3 miner's saved state",
     "log_template_minute": "log lines per component, template and minute, and how many of them are errors",
@@ -94,9 +118,12 @@ DESCRIPTIONS = {
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",
+    "shards": "the day shards beside the catalog: each build's kind (load: a day of the dump; features: a UTC day), "
+              "its key, file and time span, and whether its log lines were mined",
 }
 
 
+REACH = dt.timedelta(hours=1)  # a UTC day's features read its rows and those within an hour of it (baselines)
 HEADER_BYTES = 3 * 4096  # a DuckDB file's headers, before its blocks
 
 
@@ -122,7 +149,8 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     try:
         con = duckdb.connect(str(path), read_only=read_only)
         # Free blocks at the end are cut from the file, but every used block is in it.
-        (block, blocks), = con.execute("select block_size, used_blocks from pragma_database_size()").fetchall()
+        (block, blocks), = con.execute("select block_size, used_blocks from pragma_database_size() "
+                                        "where database_name = current_database()").fetchall()
     except duckdb.IOException as e:
         if "Could not set lock" in str(e):  # DuckDB names the holder: "... is held in /usr/bin/python3 (PID 12)"
             holder = re.search(r"held in (.+?) \(PID (\d+)\)", str(e))
@@ -148,7 +176,83 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
         con.close()
         raise StoreError(f"{path} was built by an older rcalab (schema {step} of {len(MIGRATIONS)}); "
                          f"bring it up to date with 'rcalab etl DUMP --db {path}'")
+    try:
+        open_shards(con, path)
+    except StoreError:
+        con.close()
+        raise
     return con
+
+
+def new_shard(path: Path) -> duckdb.DuckDBPyConnection:
+    """A shard's file under its temporary name (what an interrupted task left there removed), for one task: its
+    DuckDB takes the threads of the worker it runs on."""
+    for left in (path, path.with_name(path.name + ".wal")):
+        left.unlink(missing_ok=True)
+    con = connect(path)
+    if threads := worker_threads():
+        con.execute(f"set threads = {int(threads)}")
+    return con
+
+
+def shard_dir(db: Path | str) -> Path:
+    return Path(f"{db}.shards")
+
+
+def attach(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str) -> None:
+    """Attach a shard read-only (the path is the store's, never a dump's; quoted all the same)."""
+    literal = "'" + str(path).replace("'", "''") + "'"
+    con.execute(f"attach if not exists {literal} as {alias} (read_only)")
+
+
+def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
+    """Attach the catalog's shards (again, after a run changed them) and name their tables (`shard_views`)."""
+    current = {f"shard_{build}": (kind, shard_dir(db) / file)
+               for build, kind, file in con.execute("select build, kind, file from shards order by kind, key").fetchall()}
+    for alias, in con.execute("select database_name from duckdb_databases() where database_name like 'shard\\_%' "
+                              "escape '\\'").fetchall():
+        if alias not in current:
+            con.execute(f"detach {alias}")
+    for alias, (_, path) in current.items():
+        if not path.is_file():
+            raise damaged(db, f"its shard {path} is missing")
+        try:
+            attach(con, path, alias)
+        except duckdb.Error as e:
+            raise damaged(db, f"its shard {path} cannot be read ({str(e).splitlines()[0]})") from None
+    shard_views(con, [a for a, (kind, _) in current.items() if kind == "load"],
+                [a for a, (kind, _) in current.items() if kind == "features"])
+
+
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor of a store's connection (one per thread) that reads the shards' tables as the connection does
+    (temporary views are a connection's own)."""
+    cur = con.cursor()
+    listed = cur.execute("select build, kind from shards order by kind, key").fetchall()
+    shard_views(cur, [f"shard_{b}" for b, kind in listed if kind == "load"],
+                [f"shard_{b}" for b, kind in listed if kind == "features"])
+    return cur
+
+
+def shard_views(con: duckdb.DuckDBPyConnection, loads: list[str], features: list[str]) -> None:
+    """Temporary views that name each table as the union of the attached shards' (`loads` hold the canonical
+    tables, `features` the feature tables); a table no shard holds keeps its own. A log line's template is its
+    masked text's (`log_masked`), which the catalog mines once the day's shard is loaded."""
+    for tables, aliases in ((LOADED, loads), (FEATURES, features)):
+        for table in tables:
+            con.execute(f"drop view if exists temp.{table}")
+            if not aliases:
+                continue
+            if table == "log_lines":
+                parts = [f"select l.* replace (m.template_id as template_id) from {a}.log_lines l "
+                         "left join log_masked m on m.masked = l.masked" for a in aliases]
+            else:
+                parts = [f"select * from {a}.{table}" for a in aliases]
+            union = " union all ".join(parts)
+            if table == "placement":
+                union = (f"select pod, service, node, min(first_seen) as first_seen, max(last_seen) as last_seen "
+                         f"from ({union}) group by all")
+            con.execute(f"create temp view {table} as {union}")
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> None:

@@ -34,12 +34,15 @@ import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 
 import duckdb
 from scipy.stats import norm
 
+from etl import store
 from etl.store import connect
+from rcalab.tasks import TASK_SECONDS, run_tasks
 
 from .evidence import Window, store_file
 from .ranker import Candidate, rank_window
@@ -55,7 +58,6 @@ FLOOR = 0.05  # the least spread of normal levels: a store whose windows all sco
 DAY = dt.timedelta(hours=24)
 CANDIDATES = 5  # a window's candidates: a digest's, and those whose slow links can tell its level
 ROUND = dt.timedelta(minutes=5)  # reference windows' lengths, so that cases of about one length share them
-TASK_SECONDS = 1800.0  # a day's scan on a cluster's worker takes about 10 s; past this it is stuck
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,7 @@ def levels_of(con: duckdb.DuckDBPyConnection, todo: list[Window], progress=lambd
 
     def one(w: Window) -> Level:
         if not hasattr(cursors, "con"):
-            cursors.con = con.cursor()
+            cursors.con = store.cursor(con)
         return level(cursors.con, w)
 
     levels = []
@@ -224,13 +226,10 @@ def scan_on(client, db, lo: dt.datetime, hi: dt.datetime, progress=lambda done, 
     """`scan` with each day's windows a task on a Dask cluster (`client`, a `distributed.Client`): the store must
     be a file every worker reaches. A task whose worker dies is run again by the scheduler elsewhere; past
     `timeout` seconds a day the scan ends with an error."""
-    from distributed import as_completed
-
     days = [list(day) for _, day in groupby(windows(lo, hi), key=lambda w: w.start.date())]
-    futures = {client.submit(_day_levels, str(db), day, pure=False, retries=1): i for i, day in enumerate(days)}
     done: dict[int, list[Level]] = {}
-    for future in as_completed(futures, timeout=timeout * max(1, len(days))):
-        done[futures[future]] = future.result()
+    for i, levels in run_tasks(partial(_day_levels, str(db)), days, client, timeout):
+        done[i] = levels
         progress(sum(len(days[i]) for i in done), sum(len(d) for d in days))
     return [lv for i in range(len(days)) for lv in done[i]]
 

@@ -1,54 +1,139 @@
-"""The nightly job: the ETL loads a dump and marks the days whose rows changed (`dirty_days`), then
-every feature table of each such day is recomputed here. A day whose refresh fails stays marked and
-is tried again on the next run."""
+"""The nightly job: the ETL loads a dump into day shards and marks the UTC days whose features read the rows
+it changed (`dirty_days`); then every feature table of each such day is recomputed into a features shard of
+that day, a task like the ETL's (in this process or on a Dask worker), written under a temporary name and
+renamed into place. A day whose refresh fails stays marked and is tried again on the next run."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import duckdb
+import pyarrow as pa
 
+from etl import store
 from etl.loader import Report, run_etl
+from rcalab.errors import StoreError
+from rcalab.tasks import run_tasks
 
-from .anomaly import refresh_edge_anomaly, refresh_metric_anomaly
+from .anomaly import WINDOW, refresh_edge_anomaly, refresh_metric_anomaly
 from .changepoints import refresh_changepoints
 from .events import refresh_event_pairs
-from .templates import refresh_template_minute
+from .templates import count_templates, refresh_template_minute
 from .trace_edges import refresh_span_self, refresh_trace_edges
 
 log = logging.getLogger(__name__)
 
 
-def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None) -> Report:
-    """Load `dump` into the store `db` (`etl.loader.run_etl`), then refresh the features of the days it touched."""
-    return run_etl(dump, db, fmt, progress, then=lambda con, report: refresh_dirty(con, report, progress))
+def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None,
+            client=None) -> Report:
+    """Load `dump` into the store `db` (`etl.loader.run_etl`), then refresh the features of the days it touched;
+    each day a task, on the Dask cluster of `client` if given."""
+    return run_etl(dump, db, fmt, progress, then=lambda con, report: refresh_dirty(con, db, report, progress, client),
+                   client=client)
 
 
-def refresh_dirty(con: duckdb.DuckDBPyConnection, report: Report,
-                  progress: Callable[[int, str], None] | None = None) -> None:
+@dataclass(frozen=True)
+class FeatureDay:
+    """The task of one UTC day's features: the load shards that hold its rows (and those within an hour of it),
+    the templates of their masked log lines, and the shard it writes."""
+    day: dt.date
+    loads: tuple[str, ...]
+    masked: pa.Table
+    out: str
+
+
+def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
+                  progress: Callable[[int, str], None] | None = None, client=None) -> None:
     """Refresh every marked day; the rows written and the failures go into `report`."""
     days = [row[0] for row in con.execute("select day from dirty_days order by day").fetchall()]
+    if not days:
+        return
     started = time.perf_counter()
-    for i, day in enumerate(days):
+    folder = store.shard_dir(db)
+    loads = con.execute("select file, lo, hi from shards where kind = 'load' and lo is not null").fetchall()
+    old = dict(con.execute("select key, build from shards where kind = 'features'").fetchall())
+    masked = con.sql("select masked, template_id from log_masked").to_arrow_table()
+    build = con.execute("select coalesce(max(build), 0) + 1 from shards").fetchall()[0][0]
+    todo, empty = [], []
+    for day in days:
+        lo = dt.datetime.combine(day, dt.time()) - store.REACH
+        hi = lo + dt.timedelta(days=1) + 2 * store.REACH
+        reads = tuple(str(folder / file) for file, first, last in loads if first < hi and last >= lo)
+        if reads:
+            todo.append(FeatureDay(day, reads, masked, str(folder / f"features-{day}.{build + len(todo)}.duckdb")))
+        else:
+            empty.append(day)
+    for day in empty:  # no rows left near it: its features go
+        _switch(con, db, day, None, old.get(str(day)))
+    for n, (i, result) in enumerate(run_tasks(feature_day, todo, client)):
+        task = todo[i]
         if progress:
-            progress(i, f"features of {day}")
-        try:
-            refreshed = refresh_day(con, day)
-        except duckdb.InterruptException:  # a Ctrl-C: the day stays marked for the next run
-            raise
-        except (duckdb.Error, ValueError) as e:
-            report.failed.append((f"features of {day}", str(e).splitlines()[0]))
-            log.warning("features of %s: %s", day, e)
+            progress(n, f"features of {task.day}")
+        if isinstance(result, str):
+            report.failed.append((f"features of {task.day}", result))
+            log.warning("features of %s: %s", task.day, result)
             continue
-        for table, rows in refreshed.items():
+        for table, rows in result.items():
             report.feature_rows[table] = report.feature_rows.get(table, 0) + rows
-        con.execute("delete from dirty_days where day = ?", [day])
-    if days:
-        report.seconds_by_kind["features"] = time.perf_counter() - started
+        _switch(con, db, task.day, task.out, old.get(str(task.day)))
+    store.open_shards(con, db)
+    count_templates(con)
+    report.seconds_by_kind["features"] = time.perf_counter() - started
+
+
+def _switch(con, db: Path, day: dt.date, out: str | None, old: int | None) -> None:
+    """The catalog takes a day's new features shard (or none) in place of the old, and the day is done."""
+    con.execute("begin")
+    if old is not None:
+        file, = con.execute("select file from shards where build = ?", [old]).fetchall()[0]
+        con.execute("delete from shards where build = ?", [old])
+    if out:
+        name = Path(out).name
+        con.execute("insert into shards values (?, 'features', ?, ?, ?, ?, null)",
+                    [int(Path(out).suffixes[-2][1:]), str(day), name, day, day + dt.timedelta(days=1)])
+    con.execute("delete from dirty_days where day = ?", [day])
+    con.execute("commit")
+    if old is not None:
+        (store.shard_dir(db) / file).unlink(missing_ok=True)
+
+
+def feature_day(task: FeatureDay) -> dict[str, int] | str:
+    """A day's features task: the rows each table holds for the day, or why the refresh failed."""
+    out = Path(task.out)
+    tmp = out.with_name(out.name + ".tmp")
+    con = store.new_shard(tmp)
+    try:
+        aliases = [f"load_{i}" for i in range(len(task.loads))]
+        for alias, path in zip(aliases, task.loads):
+            store.attach(con, path, alias)
+        masked = task.masked
+        con.execute("create temp table log_masked as select * from masked")
+        store.shard_views(con, aliases, [])
+        # The first hour's baseline of trace edges is the hour before the day: computed again from the rows here
+        # (as the previous day's shard holds it), and not kept.
+        start = dt.datetime.combine(task.day, dt.time())
+        refresh_trace_edges(con, start - dt.timedelta(minutes=WINDOW), start)
+        counts = refresh_day(con, task.day)
+        con.execute("delete from trace_edge_minute where minute < ?", [start])
+        con.execute("checkpoint")
+    except duckdb.InterruptException:
+        raise
+    except (duckdb.Error, ValueError) as e:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, duckdb.Error) and store.unwritable(e):
+            raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]}); the days refreshed before "
+                             "are kept; run the same command again once that is mended") from None
+        return str(e).splitlines()[0]
+    con.close()
+    os.replace(tmp, out)
+    return counts
 
 
 def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:

@@ -127,7 +127,7 @@ def _run(db, questions, answers, chat, model, concurrency, limit, progress, sett
     out, log = _Appender(answers), _Appender(transcripts_path(answers))
 
     def one(q: Question) -> None:
-        cursor = con.cursor()
+        cursor = store.cursor(con)
         cursor.execute("set TimeZone = 'UTC'")  # a cursor is a session of its own
         if chat is None:  # the rank agent
             outcome = rank_only(cursor, q)

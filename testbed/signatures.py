@@ -22,6 +22,8 @@ from pathlib import Path
 
 import duckdb
 
+from etl import store
+
 SPREADS = 3.0
 BEFORE = dt.timedelta(minutes=60)
 GAP = dt.timedelta(minutes=2)
@@ -75,8 +77,7 @@ def trace_found(con: duckdb.DuckDBPyConnection, services: list[str], start, end)
 
 def check(db: Path, truth: Path) -> dict:
     """Per fault type: key-metric checks that moved, and observations found, each over those made."""
-    con = duckdb.connect(str(db), read_only=True)
-    con.execute("set TimeZone = 'UTC'")
+    con = store.connect(db, read_only=True)
     known = {r[0] for r in con.execute("select distinct metric from metric_points").fetchall()}
     per: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"metrics": [0, 0], "observations": [0, 0]})
     misses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,13 @@ from features.refresh import nightly
 from testbed.schedule import load_schedule, random_cases
 from testbed.simulate import simulate
 from testbed.topology import Topology
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A copy of a store: its catalog and its shards folder."""
+    shutil.copy(src, dst)
+    shutil.copytree(f"{src}.shards", f"{dst}.shards")
+    return dst
+
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PHASE_ONE = SHARED / "challenge2025" / "groundtruth-phaseone.jsonl"

@@ -5,10 +5,10 @@ import datetime as dt
 import json
 import shutil
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from etl import store
 from features.cases import load_questions
 from features.digest import build_digest
 from features.options import FAULT_TYPES
@@ -39,7 +39,7 @@ def test_real_local_model_answers_a_case_and_ignores_planted_instructions(replay
     db = tmp_path / "store.duckdb"
     nightly(dump, db)
     question = next(q for q in load_questions(dump / "input.json") if q.uuid == UUID)
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     con.execute("set TimeZone = 'UTC'")
     digest = build_digest(con, question)
     con.close()

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -9,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import SHARED
+from conftest import SHARED, copy_store
 from etl import loader, store
 from features.refresh import nightly
 from rcalab.cli import cli
@@ -25,7 +26,7 @@ def loaded(replay_store):
 
 
 def q(db, sql, params=None):
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         return con.execute(sql, params or []).fetchall()
     finally:
@@ -128,25 +129,27 @@ def test_bad_files_are_recorded_and_the_rest_loads(dump_copy, tmp_path):
     assert deleted == "skipped"
 
 
-def test_interrupted_load_leaves_no_half_written_file(dump_copy, tmp_path, monkeypatch):
+def test_interrupted_load_leaves_no_half_written_day(dump_copy, tmp_path, monkeypatch):
     db = tmp_path / "s.duckdb"
-    real = loader._update_placement
+    real = loader._load
 
-    def crash(con, kind, fid):
-        if kind == "trace":
+    def crash(con, adapter, src):
+        if src.kind == "trace":
             raise KeyboardInterrupt
-        real(con, kind, fid)
+        return real(con, adapter, src)
 
-    monkeypatch.setattr(loader, "_update_placement", crash)
+    monkeypatch.setattr(loader, "_load", crash)
     with pytest.raises(KeyboardInterrupt):
         nightly(dump_copy, db)
-    assert q(db, "select count(*) from spans") == [(0,)]
-    assert q(db, "select count(*) from manifest where kind = 'trace'") == [(0,)]
-    monkeypatch.setattr(loader, "_update_placement", real)
+    assert q(db, "select count(*) from spans") == [(0,)] and q(db, "select count(*) from shards") == [(0,)]
+    assert q(db, "select count(*) from manifest where status = 'loaded'") == [(0,)]
+    monkeypatch.setattr(loader, "_load", real)
     report = nightly(dump_copy, db)
     assert not report.failed and report.feature_rows["trace_edge_minute"] > 0
     (dupes,), = q(db, "select count(*) - count(distinct (file_id, ts, metric, component)) from metric_points")
     assert dupes == 0
+    listed = {f for f, in q(db, "select file from shards")}
+    assert {p.name for p in Path(f"{db}.shards").iterdir()} == listed  # the interrupted day's file is gone
 
 
 def test_second_etl_on_the_same_store_refuses(replay, tmp_path):
@@ -276,8 +279,8 @@ def test_spans_that_cannot_be_are_left_out_counted_and_change_no_answer(dump_cop
 
 def test_a_case_whose_window_lacks_features_says_so_and_exits_2(replay_store, replay, tmp_path):
     db = tmp_path / "s.duckdb"
-    shutil.copy(replay_store[0], db)
-    con = duckdb.connect(str(db))
+    copy_store(replay_store[0], db)
+    con = store.connect(db)
     con.execute("insert into dirty_days select distinct ts::date from spans")  # as after a failed refresh
     con.close()
     answers = tmp_path / "a.jsonl"

@@ -4,10 +4,10 @@ dialect (tabs and broken quotes inside log lines)."""
 
 import datetime as dt
 
-import duckdb
 import pytest
 from test_ranking import END, MINUTES, T0, Tiny, digest, during
 
+from etl import store
 from features.evidence import Window, events, traces
 from features.refresh import nightly
 
@@ -117,7 +117,7 @@ def test_a_log_line_joins_its_span_and_keeps_its_code_position_verbatim(tmp_path
                                             line("o.a.c.c.C.[.[.[.[dispatcherServlet]#175", "threw exception", ms=362)])
     db = tmp_path / "s.duckdb"
     assert not nightly(dump, db).failed
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     assert sorted(con.execute("select trace_id, span_id, event from log_lines").fetchall()) == [
         ("aa11", "bb22", "o.a.c.c.C.[.[.[.[dispatcherServlet]#175"), ("aa11", "bb22", "t.s.TravelServiceImpl#451")]
     pairs = con.execute("select a, b from event_pair_minute order by a").fetchall()
@@ -133,7 +133,7 @@ def test_a_csv_with_tabs_and_broken_quotes_inside_log_lines_loads_the_rest(tmp_p
     db = tmp_path / "s.duckdb"
     report = nightly(dump, db)
     assert not report.failed, report.failed
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     assert con.execute("select count(*) from log_lines").fetchall() == [(30,)]
     (note,), = con.execute("select error from manifest where path like '%10_06_log.csv'").fetchall()
     assert note.startswith("1 malformed rows left out (lines 12)")

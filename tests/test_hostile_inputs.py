@@ -10,6 +10,7 @@ import sys
 
 import duckdb
 import pytest
+from conftest import copy_store
 from click.testing import CliRunner
 from test_reliability import FakeEndpoint, chat_for
 
@@ -36,7 +37,7 @@ def one_line_error(result, *words):
 @pytest.fixture
 def store_copy(replay_store, tmp_path):
     db = tmp_path / "store.duckdb"
-    shutil.copy(replay_store[0], db)
+    copy_store(replay_store[0], db)
     return db
 
 
@@ -46,7 +47,7 @@ def test_an_output_path_naming_the_store_is_refused_and_the_store_stays_whole(st
                     "--out", store_copy)
     one_line_error(result, "is the store itself")
     assert store_copy.stat().st_size == size
-    assert duckdb.connect(str(store_copy), read_only=True).execute("select count(*) from spans").fetchone()[0] > 0
+    assert store.connect(store_copy, read_only=True).execute("select count(*) from spans").fetchone()[0] > 0
 
 
 @pytest.mark.parametrize("kind", ["parquet", "folder", "binary"])
@@ -99,7 +100,7 @@ def test_pipes_and_broken_links_in_a_dump_are_recorded_and_the_rest_loads(tmp_pa
     run = subprocess.run([sys.executable, "-m", "rcalab", "etl", str(tmp_path / "dump"), "--db", str(db)],
                          capture_output=True, text=True, timeout=120)  # a pipe once blocked the ETL for ever
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     status = dict(con.execute("select regexp_extract(path, '[0-9_]+_log.csv'), error from manifest "
                               "where path like '%_log.csv'").fetchall())
     assert status["10_05_log.csv"] is None
@@ -293,9 +294,16 @@ def test_a_store_whose_disk_is_full_stops_the_load_in_one_line_keeping_what_load
         return real(*args)
 
     monkeypatch.setattr(loader, "_load", full_after_two)
-    result = invoke("etl", replay, "--db", tmp_path / "s.duckdb")
-    one_line_error(result, "the store cannot be written", "No space left on device", "the 2 files loaded before are kept")
+    db = tmp_path / "s.duckdb"
+    result = invoke("etl", replay, "--db", db)
+    one_line_error(result, "the store cannot be written", "No space left on device",
+                   "the 0 days loaded before it are kept")
     assert len(calls) == 3  # the run stopped at the first refusal
+    con = store.connect(db, read_only=True)
+    assert con.execute("select count(*) from shards").fetchone() == (0,)  # the day is not half written
+    con.close()
+    monkeypatch.setattr(loader, "_load", real)
+    assert invoke("etl", replay, "--db", db).exit_code == 0  # once mended, the same command loads it
 
 
 @pytest.mark.parametrize("error", [OSError(28, "No space left on device"), OSError(30, "Read-only file system")])

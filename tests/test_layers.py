@@ -1,4 +1,5 @@
-"""The house is read one way: a stage imports only the ground floor (the errors) and the stages below it."""
+"""The house is read one way: a stage imports only the ground floor (the errors, the tasks runner) and the stages
+below it."""
 
 import ast
 from pathlib import Path
@@ -7,8 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["etl", "features", "reasoner", "judge"]  # each above the one before it
-BELOW = {stage: {"rcalab.errors", *STAGES[:i]} for i, stage in enumerate(STAGES)}
-BELOW["testbed"] = {"rcalab.errors", "etl", "features"}  # beside the stages: its benchmarks load and rank
+GROUND = {"rcalab.errors", "rcalab.tasks"}
+BELOW = {stage: {*GROUND, *STAGES[:i]} for i, stage in enumerate(STAGES)}
+BELOW["testbed"] = {*GROUND, "etl", "features"}  # beside the stages: its benchmarks load and rank
 
 
 def imports(package: str) -> list[tuple[str, str]]:

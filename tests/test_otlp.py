@@ -8,7 +8,6 @@ import gzip
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 import zstandard
 from google.protobuf.json_format import MessageToDict
@@ -23,6 +22,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (AGGREGATION_TEMPORALITY_
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
+from etl import store
 from etl.adapters import adapter_for
 from features.cases import load_questions
 from features.digest import build_digest
@@ -55,7 +55,7 @@ def test_an_otlp_day_loads_and_ranks_as_its_parquet_twin(twins):
     assert len(questions) == 6
     tops = {}
     for layout in ("parquet", "otlp"):
-        con = duckdb.connect(str(twins / f"{layout}.duckdb"), read_only=True)
+        con = store.connect(twins / f"{layout}.duckdb", read_only=True)
         tops[layout] = [(d.candidates[0].component, round(d.candidates[0].score, 6))
                         for d in (build_digest(con, q) for q in questions)]
         counts = [con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("metric_points", "spans", "log_lines")]
@@ -110,7 +110,7 @@ def test_requests_in_the_protobuf_messages_json_form_load(tmp_path):
     report = nightly(dump, db)
     assert report.format == "otlp" and len(report.loaded) == 3
     assert [(Path(path).name, why.split(":")[0]) for path, why in report.failed] == [("cut.jsonl.gz", "cannot be read")]
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     assert con.execute("select span_id, parent_span_id, kind, status_code, duration_us, service, pod, node "
                        "from spans order by ts").fetchall() == [
         ("0102030405060708", None, "server", 2, 50_000, "cart", "cart-0", "node-1"),

@@ -16,6 +16,7 @@ from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
 from features.options import options
 from features.refresh import refresh_day
+from features.templates import count_templates
 
 T0 = dt.datetime(2025, 6, 6, 8, 0)
 START, END = T0 + dt.timedelta(minutes=90), T0 + dt.timedelta(minutes=110)
@@ -80,6 +81,7 @@ class Tiny:
 
     def done(self):
         refresh_day(self.con, T0.date())
+        count_templates(self.con)
         return self.con
 
 

@@ -3,9 +3,9 @@ fetched here): they load, `rcalab cases` writes their questions, and the ranking
 
 import json
 
-import duckdb
 from click.testing import CliRunner
 
+from etl import store
 from etl.adapters import adapter_for
 from features.cases import load_questions
 from features.digest import build_digest
@@ -56,7 +56,7 @@ def test_rcaeval_case_folders_load_and_their_questions_are_answered(tmp_path):
     assert [(r["service"], r["fault_type"], r["uuid"]) for r in truth] == [
         ("cartservice", "cpu", "rcaeval-RE2-OB-cartservice_cpu-1"),
         ("checkoutservice", "mem", "rcaeval-RE2-OB-checkoutservice_mem-1")]
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     assert con.execute("select count(*) from spans where parent_span_id is not null").fetchone()[0] > 0
     assert con.execute("select distinct metric from metric_points order by 1").fetchall() == [
         ("cpu",), ("latency-50",), ("mem",)]

@@ -3,11 +3,11 @@
 import json
 import re
 
-import duckdb
 import pytest
 from test_ranking import END, START, stops_calling, tiny  # noqa: F401 (a fixture)
 from test_ranking import digest as ranked_digest_of
 
+from etl import store
 from features.cases import Question, load_questions
 from features.digest import build_digest
 from features.options import Option
@@ -54,7 +54,7 @@ def db(replay_store):
 
 
 def connect(db):
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     con.execute("set TimeZone = 'UTC'")
     return con
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import SHARED
+from conftest import SHARED, copy_store
 from etl import store
 from features.cases import load_questions
 from features.refresh import nightly
@@ -31,7 +31,7 @@ DAY = "2025-06-06"
 
 
 def count(db, sql, params=()):
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         return con.execute(sql, list(params)).fetchall()[0][0]
     finally:
@@ -88,7 +88,7 @@ def test_odd_metric_files_are_recorded_and_the_rest_loads(tmp_path):
     stray = infra_file(dump, f"something_else_{DAY}.parquet", minutes(start, 5))
     result = CliRunner().invoke(cli, ["etl", str(dump), "--db", str(db)])
     assert result.exit_code == 2, result.output
-    failed = dict(duckdb.connect(str(db), read_only=True).execute(
+    failed = dict(store.connect(db, read_only=True).execute(
         "select path, error from manifest where status = 'failed'").fetchall())
     assert set(failed) == {str(renamed), str(stray)} and "not an apm or infra metric file" in failed[str(stray)]
     assert count(db, "select count(*) from metric_points") == 5
@@ -131,7 +131,7 @@ def test_a_failed_reload_keeps_its_old_rows_and_says_so(tmp_path):
     nightly(dump, db)
     path.write_bytes(b"PAR1 not parquet any more")
     nightly(dump, db)
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     rows, status, error = con.execute("select rows, status, error from manifest where path = ?", [str(path)]).fetchall()[0]
     assert (rows, status) == (5, "failed") and "the 5 rows of its previous load are kept" in error
     assert con.execute("select count(*) from metric_points").fetchall()[0][0] == 5
@@ -297,7 +297,7 @@ def test_two_diagnose_runs_on_one_answers_file_are_refused(case, tmp_path):
 @pytest.mark.parametrize("holder_writes", [True, False])
 def test_a_store_another_process_holds_is_busy_not_damaged(replay_store, replay, tmp_path, holder_writes):
     db = tmp_path / "store.duckdb"
-    shutil.copy(replay_store[0], db)
+    copy_store(replay_store[0], db)
     holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time\n"
                                f"con = duckdb.connect(sys.argv[1], read_only={not holder_writes})\n"
                                "print('open', flush=True)\ntime.sleep(60)", str(db)], stdout=subprocess.PIPE, text=True)

@@ -4,9 +4,9 @@ truth names (those are checked in test_testbed_faults), so that a mechanism that
 import datetime as dt
 import json
 
-import duckdb
 import pytest
 
+from etl.store import connect
 from features.refresh import nightly
 from testbed.schedule import load_schedule
 from testbed.simulate import simulate
@@ -35,7 +35,7 @@ def store(tmp_path_factory):
     topo = Topology.build(2)
     simulate(tmp / "dump", load_schedule(schedule, topo), topo, scale=0.01, seed=2)
     nightly(tmp / "dump", tmp / "store.duckdb")
-    con = duckdb.connect(str(tmp / "store.duckdb"), read_only=True)
+    con = connect(tmp / "store.duckdb", read_only=True)
     con.execute("set TimeZone = 'UTC'")
     yield con
     con.close()

@@ -5,12 +5,15 @@ import datetime as dt
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 from click.testing import CliRunner
+from conftest import copy_store
 
+from etl import store
 from features.refresh import nightly
 from rcalab.cli import cli
 
@@ -18,7 +21,7 @@ HOSTILE = "x\"' as double); drop table spans; copy (select 1) to '{out}' (--"
 
 
 def tables(db):
-    con = duckdb.connect(str(db), read_only=True)
+    con = store.connect(db, read_only=True)
     try:
         return {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}, con.execute(
             "select distinct metric from metric_points").fetchall()
@@ -64,13 +67,15 @@ OBEYED = "\x1b]0;owned\x07\x1b[6n\u202e"  # set the window title, make the termi
 
 def test_names_a_terminal_would_obey_are_shown_escaped_by_every_command(replay_store, replay, tmp_path):
     db = tmp_path / "store.duckdb"
-    shutil.copy(replay_store[0], db)
-    con = duckdb.connect(str(db))
-    for table, column in con.execute("select table_name, column_name from information_schema.columns "
-                                     "where data_type = 'VARCHAR' and table_name != 'manifest'").fetchall():
-        con.execute(f'update "{table}" set "{column}" = replace("{column}", ?, ?)',
-                    ["cartservice", f"cart{OBEYED}service"])
-    con.close()
+    copy_store(replay_store[0], db)
+    for part in (db, *Path(f"{db}.shards").iterdir()):  # the catalog and its shards
+        con = duckdb.connect(str(part))
+        for table, column in con.execute("select table_name, column_name from information_schema.columns "
+                                         "where data_type = 'VARCHAR' and table_name not in ('manifest', 'shards')"
+                                         ).fetchall():
+            con.execute(f'update "{table}" set "{column}" = replace("{column}", ?, ?)',
+                        ["cartservice", f"cart{OBEYED}service"])
+        con.close()
     runner = CliRunner()
     digest = runner.invoke(cli, ["digest", "--db", str(db), "--input", str(replay / "input.json"),
                                  "--uuid", "38ee3d45-82"])

@@ -1,0 +1,47 @@
+"""Units of work (a day to load, a day's features, a day to scan) run one after another in this process, or as
+tasks on a Dask cluster: the field's engine for Python work past one machine. A task whose worker dies is run
+again by the scheduler on another; every wait for one is bounded."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, TypeVar
+
+from rcalab.errors import RcalabError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+TASK_SECONDS = 1800.0  # a day's task takes seconds to a few minutes here; past this it is stuck
+
+
+def worker_threads() -> int | None:
+    """The threads of the Dask worker running this task, None outside one: what the task's DuckDB may use (by
+    default it takes every core, and a machine's workers would each take them all)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().state.nthreads
+    except (ImportError, ValueError):
+        return None
+
+
+def run_tasks(fn: Callable[[T], R], items: Iterable[T], client=None, timeout: float = TASK_SECONDS
+              ) -> Iterator[tuple[int, R]]:
+    """(index, result) of `fn` on each item as each ends: in order in this process (`client` None), or in the
+    order they end on the cluster of `client` (a `distributed.Client`), past `timeout` seconds a task an error."""
+    items = list(items)
+    if client is None:
+        for i, item in enumerate(items):
+            yield i, fn(item)
+        return
+    from distributed import as_completed
+
+    futures = {client.submit(fn, item, pure=False, retries=1): i for i, item in enumerate(items)}
+    try:
+        for future in as_completed(futures, timeout=timeout * max(1, len(items))):
+            yield futures[future], future.result()
+    except TimeoutError:
+        raise RcalabError(f"the cluster did not finish {len(items)} tasks in {timeout * len(items):.0f} s") from None
+    finally:
+        for future in futures:
+            future.cancel()
