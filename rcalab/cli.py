@@ -154,11 +154,12 @@ def simulate(out, schedule, cases, limit, scale, seed, fmt):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["testbed", "etl", "rank", "diagnose", "detect"]))
+@click.argument("what", type=click.Choice(["testbed", "etl", "scale", "rank", "diagnose", "detect"]))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
-              help="Volume of simulated traces and logs (default: 1.0, a real day; rank, diagnose: 0.1; detect: 0.05).")
+              help="Volume of simulated traces and logs (default: 1.0, a real day; scale: 0.25; rank, diagnose: 0.1; "
+                   "detect: 0.05).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
@@ -179,7 +180,8 @@ def simulate(out, schedule, cases, limit, scale, seed, fmt):
 def bench(what, out, scale, nezha, sample, schedule, real, random):
     """Measure a stage; print a table and save it as OUT/WHAT.json.
 
-    testbed and etl time one simulated day, and testbed checks the signatures of SCHEDULE's and
+    testbed and etl time one simulated day; scale times the nightly job on four simulated days (at
+    SCALE, default 0.25) in one process and on local Dask clusters of 1 and 2 workers; testbed checks the signatures of SCHEDULE's and
     RANDOM cases replayed at scales 0.005 and 0.05; rank replays SCHEDULE and RANDOM cases in the
     simulator and ranks every case, and every case of the real dumps; diagnose runs both agents on the same
     stratified sample of each (SAMPLE cases of every fault type); detect finds the incidents of
@@ -237,6 +239,12 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
                     result["signatures"][f"{name} at {at}"] = signatures(path, at)
         tables.append(signature_table(result["signatures"]))
         tables.append(measure_table(what, result))
+    elif what == "scale":
+        from features.bench import scale_run
+
+        with working("scale: four simulated days, in one process and on local clusters of 1 and 2 workers"):
+            result = scale_run(scale=scale or 0.25)
+        tables.append(scale_table(result))
     else:
         from features.bench import nightly_run
 
@@ -285,6 +293,17 @@ def measure_table(what: str, result: dict) -> Table:
         if not isinstance(value, dict):
             table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
                           else str(value))
+    return table
+
+
+def scale_table(result: dict) -> Table:
+    table = Table(title=f"rcalab bench scale: {result['days']} simulated days at scale {result['scale']} "
+                        f"({result['parquet_mb']:,} MB of parquet)")
+    for col in ("run", "seconds", "speed-up", "rows/s", "peak MB", "peak MB a worker"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for name, r in result["runs"].items():
+        table.add_row(name, f"{r['seconds']:.1f}", f"{r['speed_up']:.2f}", f"{r['rows_per_s']:,}", f"{r['peak_mb']:,}",
+                      "-" if r["worker_peak_mb"] is None else f"{r['worker_peak_mb']:,}")
     return table
 
 
@@ -382,19 +401,28 @@ def signature_table(replays: dict) -> Table:
 @click.option("--db", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The DuckDB store.")
 @click.option("--format", "fmt", type=click.Choice(["auto", "challenge2025", "nezha", "otlp", "rcaeval"]), default="auto",
               show_default=True, help="Dump layout; auto detects it.")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Load and refresh each day as a task on a local Dask cluster of this many worker processes.")
+@click.option("--scheduler", help="Load and refresh each day as a task on this running Dask cluster "
+                                  "(tcp://HOST:8786); the dump and the store must be reachable by every worker "
+                                  "at the same paths.")
 @reports_errors
-def etl(dump, db, fmt):
-    """Load a telemetry dump into the feature store, incrementally (unchanged files are skipped).
+def etl(dump, db, fmt, workers, scheduler):
+    """Load a telemetry dump into the feature store, incrementally (unchanged files are skipped), and refresh
+    the features of the days it changed. Each day of the dump is a task that writes a shard of its own beside
+    the store (STORE.shards/).
 
     Exit status 2 when some files failed (they are listed, and recorded in the manifest).
 
-    Example: rcalab etl out --db store.duckdb
+    Example: rcalab etl out --db store.duckdb --workers 2
     """
     from features.refresh import nightly
 
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
+            (cluster(workers, scheduler) if workers or scheduler else nullcontext()) as client:
         task = bar.add_task("loading", total=None)
-        report = nightly(dump, db, fmt, progress=lambda i, what: bar.update(task, completed=i, description=cell(what)))
+        report = nightly(dump.resolve(), db.resolve(), fmt, client=client,
+                         progress=lambda i, what: bar.update(task, completed=i, description=cell(what)))
     echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
                f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed, "
                f"{report.removed} gone from the dump (rows dropped) -> {db}")
@@ -421,7 +449,8 @@ def schema(db):
 
     con = connect(db, read_only=True)
     tables = con.execute("""select table_name, string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position)
-                            from information_schema.columns group by table_name order by table_name""").fetchall()
+                            from information_schema.columns where table_catalog = current_database()
+                            group by table_name order by table_name""").fetchall()
     for name, columns in tables:
         echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")
 
