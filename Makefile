@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/pip install --quiet -e '.[baselines]'
 	$(BIN)/rcalab bench testbed --out bench/results
 	$(BIN)/rcalab bench etl --out bench/results
+	$(BIN)/rcalab bench scale --out bench/results
 	$(BIN)/rcalab bench rank --out bench/results
 	$(BIN)/rcalab bench detect --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results

@@ -60,9 +60,28 @@ print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusag
 """
 
 
-def _child(script: str, dump: Path, db: Path) -> dict:
+# The nightly job with each day a task on a local cluster of N worker processes, one thread each; the cluster's
+# start is not counted. Peak memory per worker process, and the coordinator's (this process).
+_CLUSTER = """
+import json, resource, sys, time
+from distributed import Client
+from features.refresh import nightly
+from rcalab.tasks import local_cluster
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+with local_cluster(int(sys.argv[3])) as local, Client(local) as client:
+    t = time.perf_counter()
+    r = nightly(sys.argv[1], sys.argv[2], client=client)
+    seconds = time.perf_counter() - t
+    workers = list(client.run(peak).values())
+print(json.dumps(dict(seconds=seconds, peak_mb=peak(), worker_peak_mb=max(workers), rows=r.rows_by_kind,
+                      failed=len(r.failed))))
+"""
+
+
+def _child(script: str, dump: Path, db: Path, *args: str) -> dict:
     started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", script, str(dump), str(db)], capture_output=True, text=True)
+    child = subprocess.run([sys.executable, "-c", script, str(dump), str(db), *args], capture_output=True, text=True)
     if child.returncode:
         raise RuntimeError(f"the run on {dump} failed: {(child.stderr.strip().splitlines() or ['?'])[-1]}")
     result = json.loads(child.stdout.strip().splitlines()[-1])
@@ -103,6 +122,28 @@ def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
         result["trainticket_etl_seconds"] = round(real["wall_seconds"], 2)
         result["trainticket_failed_files"] = real["failed"]
     return result
+
+
+def scale_run(scale: float = 0.25, days: int = 4) -> dict:
+    """The nightly job on `days` simulated days (a fault an hour) in one process and on local clusters of 1 and 2
+    worker processes: time (the job's, not the cluster's start), peak memory, speed-up over one worker, rows per
+    second."""
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "dump"
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--cases", str(24 * (days - 1) + 1),
+                        "--scale", str(scale)], check=True, stdout=subprocess.DEVNULL)
+        runs["one process"] = _child(_CHILD, dump, Path(tmp) / "one.duckdb")
+        for n in (1, 2):
+            runs[f"{n} worker{'s' * (n > 1)}"] = _child(_CLUSTER, dump, Path(tmp) / f"w{n}.duckdb", str(n))
+        parquet = sum(p.stat().st_size for p in dump.rglob("*.parquet"))
+    one = runs["1 worker"]["seconds"]
+    return {"scale": scale, "days": days, "parquet_mb": round(parquet / 2**20), "runs": {
+        name: {"seconds": round(r["seconds"], 1), "speed_up": round(one / r["seconds"], 2),
+               "rows_per_s": round(sum(r["rows"].values()) / r["seconds"]), "peak_mb": round(r["peak_mb"]),
+               "worker_peak_mb": round(r["worker_peak_mb"]) if "worker_peak_mb" in r else None,
+               "failed": r["failed"]}
+        for name, r in runs.items()}}
 
 
 def names(row: dict) -> set[str]:

@@ -261,7 +261,9 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
 def cluster(workers: int | None, scheduler: str | None):
     """A Dask client: of a running cluster (`scheduler`), or of a local one of `workers` processes."""
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
+
+        from rcalab.tasks import local_cluster
     except ImportError:
         raise RcalabError("a cluster needs Dask's distributed: pip install 'rcalab[cluster]'") from None
     if scheduler:
@@ -272,8 +274,7 @@ def cluster(workers: int | None, scheduler: str | None):
         with client:
             yield client
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
-            Client(local, timeout="30s") as client:
+    with local_cluster(workers) as local, Client(local, timeout="30s") as client:
         yield client
 
 

@@ -25,6 +25,17 @@ def worker_threads() -> int | None:
         return None
 
 
+def local_cluster(workers: int):
+    """A Dask cluster of `workers` processes on this machine, one thread each. Each worker's libraries keep to its
+    thread: Dask sets OpenMP's and BLAS's pools to one; polars' pool takes every core unless told
+    (POLARS_MAX_THREADS, set before the worker starts), and DuckDB's is set per task (`worker_threads`)."""
+    import dask
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.POLARS_MAX_THREADS": "1"}):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+
+
 def run_tasks(fn: Callable[[T], R], items: Iterable[T], client=None, timeout: float = TASK_SECONDS
               ) -> Iterator[tuple[int, R]]:
     """(index, result) of `fn` on each item as each ends: in order in this process (`client` None), or in the
