@@ -24,7 +24,7 @@ from .grounding import grounding
 from .report import transcript_figures
 from .scoring import score
 
-AGENTS = ("rank", "llm")
+DECIDING = ("unsure", "LA_unsure", "fallback", "seconds_per_case")  # what is judged of the model deciding
 
 
 def stratified(input_json: Path, truth: Path, per_type: int) -> list:
@@ -70,25 +70,20 @@ def run(schedules: dict[str, Path], real: list[Path], per_type: int = 2, scale: 
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp, endpoint() as (client, model):
         tmp = Path(tmp)
-        chats = {"rank": None, "llm": openai_chat(client, model)}
+        chat = openai_chat(client, model)
         for name, db, input_json, truth in labelled_stores(tmp, schedules, real, scale, progress=progress):
             sample = stratified(input_json, truth, per_type)
             doubtful = unsure(db, sample)
-            for agent in AGENTS:
-                progress(f"{agent} on {len(sample)} cases of {name}")
-                folder = tmp / name / agent
-                folder.mkdir(parents=True)
-                answers = folder / "answers.jsonl"
-                run_batch(db, sample, answers, chats[agent], model=agent if agent == "rank" else model)
-                result[f"{name}/{agent}"] = judged(answers, truth, db, sample, folder, doubtful)
             hard = [q for q in sample if q.uuid in doubtful]
-            if hard:  # the model deciding where the ranking is unsure: judged on those cases alone
-                progress(f"llm deciding {len(hard)} unsure cases of {name}")
-                folder = tmp / name / "deciding"
+            # (label, chat, model, cases, settings); the model deciding is judged on the unsure cases alone
+            runs = [("rank", None, "rank", sample, {}), ("llm", chat, model, sample, {})]
+            runs += [("llm deciding", chat, model, hard, {"decide": True})] if hard else []
+            for label, by, answered_by, cases, settings in runs:
+                progress(f"{label} on {len(cases)} cases of {name}")
+                folder = tmp / name / label.replace(" ", "-")
                 folder.mkdir(parents=True)
                 answers = folder / "answers.jsonl"
-                run_batch(db, hard, answers, chats["llm"], model=model, decide=True)
-                figures = judged(answers, truth, db, hard, folder, doubtful)
-                result[f"{name}/llm deciding"] = {k: figures[k] for k in ("unsure", "LA_unsure", "fallback",
-                                                                         "seconds_per_case")}
+                run_batch(db, cases, answers, by, model=answered_by, **settings)
+                figures = judged(answers, truth, db, cases, folder, doubtful)
+                result[f"{name}/{label}"] = {k: figures[k] for k in DECIDING} if settings else figures
     return result
