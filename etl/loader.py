@@ -192,7 +192,7 @@ def _next_build(con, db: Path) -> int:
     for path in folder.iterdir():
         if path.name not in listed:
             path.unlink()
-    return con.execute("select coalesce(max(build), 0) + 1 from shards").fetchall()[0][0]
+    return store.next_build(con)
 
 
 def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[str, int]], report: Report) -> None:
@@ -253,10 +253,7 @@ def mine_shards(con, db: Path) -> None:
 def load_day(day: Day) -> DayResult:
     """A day's task: its shard written under a temporary name and renamed into place."""
     adapter = ADAPTERS[day.adapter]
-    out = Path(day.out)
-    tmp = out.with_name(out.name + ".tmp")
-    con = store.new_shard(tmp)
-    try:
+    with store.write_shard(Path(day.out)) as con:
         if day.previous:
             store.attach(con, day.previous, "previous")
         done = [_copied(con, src) if src.copy else _loaded(con, adapter, src, day.previous) for src in day.sources]
@@ -265,15 +262,7 @@ def load_day(day: Day) -> DayResult:
                         where pod is not null and node is not null group by all""")
         (lo, hi), = con.execute("select min(ts), max(ts) from (" + " union all ".join(
             f"select ts from {table}" for table in ("metric_points", "log_lines", "spans")) + ")").fetchall()
-        con.execute("checkpoint")
-    except duckdb.Error as e:
-        if store.unwritable(e):  # the store's disk, not a file: stop here
-            raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]})") from None
-        raise
-    finally:
-        con.close()
-    os.replace(tmp, out)
-    return DayResult(str(out), done, lo, hi)
+    return DayResult(day.out, done, lo, hi)
 
 
 def _copied(con, src: Source) -> Loaded:

@@ -184,15 +184,37 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     return con
 
 
-def new_shard(path: Path) -> duckdb.DuckDBPyConnection:
-    """A shard's file under its temporary name (what an interrupted task left there removed), for one task: its
-    DuckDB takes the threads of the worker it runs on."""
-    for left in (path, path.with_name(path.name + ".wal")):
+@contextmanager
+def write_shard(out: Path):
+    """A shard written for one task: a connection to it under a temporary name (what an interrupted task left
+    there removed), whose DuckDB takes the threads of the worker it runs on; renamed into place when the block
+    ends, left unseen and removed when it fails. A refusal of the store's disk is a StoreError."""
+    tmp = out.with_name(out.name + ".tmp")
+    for left in (tmp, tmp.with_name(tmp.name + ".wal")):
         left.unlink(missing_ok=True)
-    con = connect(path)
-    if threads := worker_threads():
-        con.execute(f"set threads = {int(threads)}")
-    return con
+    con = connect(tmp)
+    try:
+        if threads := worker_threads():
+            con.execute(f"set threads = {int(threads)}")
+        yield con
+        con.execute("checkpoint")
+    except duckdb.Error as e:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        if unwritable(e):
+            raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]})") from None
+        raise
+    except BaseException:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    con.close()
+    os.replace(tmp, out)
+
+
+def next_build(con: duckdb.DuckDBPyConnection) -> int:
+    """The build number of the next shard (its file name and the alias it is attached as)."""
+    return con.execute("select coalesce(max(build), 0) + 1 from shards").fetchall()[0][0]
 
 
 def shard_dir(db: Path | str) -> Path:
@@ -205,32 +227,40 @@ def attach(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str) -> None
     con.execute(f"attach if not exists {literal} as {alias} (read_only)")
 
 
+def _listed(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
+    """The catalog's shards by alias: their kind and file name."""
+    return {f"shard_{build}": (kind, file)
+            for build, kind, file in con.execute("select build, kind, file from shards order by kind, key").fetchall()}
+
+
+def _views(con: duckdb.DuckDBPyConnection, listed: dict[str, tuple[str, str]]) -> None:
+    shard_views(con, [a for a, (kind, _) in listed.items() if kind == "load"],
+                [a for a, (kind, _) in listed.items() if kind == "features"])
+
+
 def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
     """Attach the catalog's shards (again, after a run changed them) and name their tables (`shard_views`)."""
-    current = {f"shard_{build}": (kind, shard_dir(db) / file)
-               for build, kind, file in con.execute("select build, kind, file from shards order by kind, key").fetchall()}
+    current = _listed(con)
     for alias, in con.execute("select database_name from duckdb_databases() where database_name like 'shard\\_%' "
                               "escape '\\'").fetchall():
         if alias not in current:
             con.execute(f"detach {alias}")
-    for alias, (_, path) in current.items():
+    for alias, (_, file) in current.items():
+        path = shard_dir(db) / file
         if not path.is_file():
             raise damaged(db, f"its shard {path} is missing")
         try:
             attach(con, path, alias)
         except duckdb.Error as e:
             raise damaged(db, f"its shard {path} cannot be read ({str(e).splitlines()[0]})") from None
-    shard_views(con, [a for a, (kind, _) in current.items() if kind == "load"],
-                [a for a, (kind, _) in current.items() if kind == "features"])
+    _views(con, current)
 
 
 def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of a store's connection (one per thread) that reads the shards' tables as the connection does
-    (temporary views are a connection's own)."""
+    (temporary views are a connection's own; the shards are attached already)."""
     cur = con.cursor()
-    listed = cur.execute("select build, kind from shards order by kind, key").fetchall()
-    shard_views(cur, [f"shard_{b}" for b, kind in listed if kind == "load"],
-                [f"shard_{b}" for b, kind in listed if kind == "features"])
+    _views(cur, _listed(cur))
     return cur
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +58,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
     loads = con.execute("select file, lo, hi from shards where kind = 'load' and lo is not null").fetchall()
     old = dict(con.execute("select key, build from shards where kind = 'features'").fetchall())
     masked = con.sql("select masked, template_id from log_masked").to_arrow_table()
-    build = con.execute("select coalesce(max(build), 0) + 1 from shards").fetchall()[0][0]
+    build = store.next_build(con)
     todo, empty = [], []
     for day in days:
         lo = dt.datetime.combine(day, dt.time()) - store.REACH
@@ -71,17 +70,21 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
             empty.append(day)
     for day in empty:  # no rows left near it: its features go
         _switch(con, db, day, None, old.get(str(day)))
-    for n, (i, result) in enumerate(run_tasks(feature_day, todo, client)):
-        task = todo[i]
-        if progress:
-            progress(n, f"features of {task.day}")
-        if isinstance(result, str):
-            report.failed.append((f"features of {task.day}", result))
-            log.warning("features of %s: %s", task.day, result)
-            continue
-        for table, rows in result.items():
-            report.feature_rows[table] = report.feature_rows.get(table, 0) + rows
-        _switch(con, db, task.day, task.out, old.get(str(task.day)))
+    try:
+        for n, (i, result) in enumerate(run_tasks(feature_day, todo, client)):
+            task = todo[i]
+            if progress:
+                progress(n, f"features of {task.day}")
+            if isinstance(result, str):
+                report.failed.append((f"features of {task.day}", result))
+                log.warning("features of %s: %s", task.day, result)
+                continue
+            for table, rows in result.items():
+                report.feature_rows[table] = report.feature_rows.get(table, 0) + rows
+            _switch(con, db, task.day, task.out, old.get(str(task.day)))
+    except StoreError as e:
+        raise StoreError(f"{e}; the days refreshed before are kept; run the same command again once that is "
+                         "mended") from None
     store.open_shards(con, db)
     count_templates(con)
     report.seconds_by_kind["features"] = time.perf_counter() - started
@@ -105,34 +108,24 @@ def _switch(con, db: Path, day: dt.date, out: str | None, old: int | None) -> No
 
 def feature_day(task: FeatureDay) -> dict[str, int] | str:
     """A day's features task: the rows each table holds for the day, or why the refresh failed."""
-    out = Path(task.out)
-    tmp = out.with_name(out.name + ".tmp")
-    con = store.new_shard(tmp)
     try:
-        aliases = [f"load_{i}" for i in range(len(task.loads))]
-        for alias, path in zip(aliases, task.loads):
-            store.attach(con, path, alias)
-        masked = task.masked
-        con.execute("create temp table log_masked as select * from masked")
-        store.shard_views(con, aliases, [])
-        # The first hour's baseline of trace edges is the hour before the day: computed again from the rows here
-        # (as the previous day's shard holds it), and not kept.
-        start = dt.datetime.combine(task.day, dt.time())
-        refresh_trace_edges(con, start - dt.timedelta(minutes=WINDOW), start)
-        counts = refresh_day(con, task.day)
-        con.execute("delete from trace_edge_minute where minute < ?", [start])
-        con.execute("checkpoint")
+        with store.write_shard(Path(task.out)) as con:
+            aliases = [f"load_{i}" for i in range(len(task.loads))]
+            for alias, path in zip(aliases, task.loads):
+                store.attach(con, path, alias)
+            masked = task.masked
+            con.execute("create temp table log_masked as select * from masked")
+            store.shard_views(con, aliases, [])
+            # The first hour's baseline of trace edges is the hour before the day: computed again from the rows
+            # here (as the previous day's shard holds it), and not kept.
+            start = dt.datetime.combine(task.day, dt.time())
+            refresh_trace_edges(con, start - dt.timedelta(minutes=WINDOW), start)
+            counts = refresh_day(con, task.day)
+            con.execute("delete from trace_edge_minute where minute < ?", [start])
     except duckdb.InterruptException:
         raise
     except (duckdb.Error, ValueError) as e:
-        con.close()
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, duckdb.Error) and store.unwritable(e):
-            raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]}); the days refreshed before "
-                             "are kept; run the same command again once that is mended") from None
         return str(e).splitlines()[0]
-    con.close()
-    os.replace(tmp, out)
     return counts
 
 
