@@ -87,6 +87,10 @@ MIGRATIONS = [
     delete from event_pair_minute; delete from dirty_days;
     delete from manifest;  -- the next run loads every file again, into shards
     """),
+    ("the calls of a span, in event paths", """
+    insert or ignore into dirty_days select distinct ts::date from spans;  -- a store of its own tables
+    insert or ignore into dirty_days select lo::date from shards where kind = 'features';
+    """),
 ]
 LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement")  # in `load-*` shards
 FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
@@ -114,7 +118,8 @@ DESCRIPTIONS = {
                         "self time (a span less its children) and span p95",
     "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
     "event_pair_minute": "per service and minute: how often event a is followed by event b in the same span (events: "
-                         "span start and end, a log line's code position or its template as template:ID)",
+                         "span start and end, a log line's code position or its template as template:ID; in a "
+                         "track of their own, the calls a span made)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",

@@ -6,6 +6,12 @@ have paths of more than start and end; those are the spans counted here, with th
 that logged nothing (their path ran from start to end: an exception thrown before the first line leaves such a
 span, and a path that vanished is a follow-up that changed).
 
+A span's calls are a track of their own (`OPERATION calls start`, `call SERVICE OPERATION` for each child span
+in the order they started, `OPERATION calls end`), counted the same way for every span that calls, and for the
+spans of the same operations that called nothing: a call that vanished (an exception before it) is a follow-up
+that changed in the caller's track, and the callee's spans that vanished with it leave no pair of the callee's.
+A loop's repeated calls are one step: how often it ran depends on the data, not on the path.
+
 How the same pairs run in the window and in the baseline is read by `features.evidence.events`.
 """
 
@@ -16,7 +22,7 @@ import datetime as dt
 import duckdb
 
 TEMPLATE = "template:"  # the prefix of an event that is a template id, not a code position
-LOG_SLACK = dt.timedelta(minutes=5)  # a span's log lines may be written a little before or after its minute
+SLACK = dt.timedelta(minutes=5)  # a span's log lines and calls may start a little before or after its minute
 
 
 def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> int:
@@ -43,6 +49,35 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
         union all  -- no pair of these is one of those: a span that logged has a line between its start and end
         select date_trunc('minute', ts), service, operation || ' start', operation || ' end', count(*)
         from bare group by all""",
-                [lo - LOG_SLACK, hi + LOG_SLACK, lo, hi])
+                [lo - SLACK, hi + SLACK, lo, hi])
+    # The calls track, with each service's operation as a number while paths are built and counted (a day's
+    # spans make few distinct paths): 0 stands for the track's start before its first call and its end after its last.
+    con.execute("""
+        insert into event_pair_minute
+        with near as (select trace_id, span_id, parent_span_id, ts, service, operation from spans
+                      where ts >= $near_lo and ts < $near_hi),
+             ops as (select service, operation, (row_number() over ())::integer as op
+                     from (select distinct service, operation from near)),
+             numbered as (select trace_id, span_id, parent_span_id, ts, op from near join ops using (service, operation)),
+             every as (select * from numbered where ts >= $lo and ts < $hi),
+             calls as (select trace_id, parent_span_id as span_id, list(op order by ts, op) as ops
+                       from numbered where parent_span_id is not null group by all),
+             paths as (select date_trunc('minute', e.ts) as minute, e.op, c.ops, count(*) as spans
+                       from every e join calls c using (trace_id, span_id) group by all),
+             steps as (select minute, op, list_filter(ops, lambda x, i: i = 1 or x <> ops[i - 1]) as ops, spans
+                       from paths),
+             pairs as (select minute, op, p[1] as a, p[2] as b, sum(spans) as pairs
+                       from (select minute, op, unnest(list_zip([0] || ops, ops || [0])) as p, spans from steps)
+                       group by all),
+             -- a span of an operation that calls, which called nothing this time: its track ran start to end
+             bare as (select date_trunc('minute', ts) as minute, op, 0 as a, 0 as b, count(*) as pairs
+                      from every semi join (select distinct op from paths) using (op)
+                      anti join calls using (trace_id, span_id) group by all)
+        select minute, o.service,
+               if(a = 0, o.operation || ' calls start', 'call ' || x.service || ' ' || x.operation) as a,
+               if(b = 0, o.operation || ' calls end', 'call ' || y.service || ' ' || y.operation) as b, sum(pairs)
+        from (select * from pairs union all select * from bare) join ops o using (op)
+        left join ops x on x.op = a left join ops y on y.op = b group by all""",
+                {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi})
     return con.execute("select count(*) from event_pair_minute where minute >= ? and minute < ?",
                        [lo, hi]).fetchall()[0][0]
