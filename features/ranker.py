@@ -10,7 +10,8 @@
    replica far weaker than its strongest sibling (a tenth of its errors, the load it took over) echoes it.
 4. The graph: latency and errors travel up the call graph (to callers), traffic falls down it
    (a failing caller stops calling), resource signals (CPU, memory, disk, a stopped process, a
-   slow network link, where errors start) stay where they are. So a unit keeps its local
+   slow network link, where errors start) stay where they are, but for errors that start where a dependency
+   that is down is called (it has no span to fail in). So a unit keeps its local
    signals, but little of its latency and errors when a dependency (what it calls, within two
    calls, and its node when that node hosts anomalous pods of two or more services) is
    anomalous, and little of a traffic change when a caller is, or when the load fell where it comes
@@ -38,6 +39,7 @@ EXPLAINED = 0.2  # what is left of a propagating signal that an anomalous depend
 UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
 LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it is not up is down
+ERROR_ORIGIN = "error origin"  # the trace signal of errors that start in a component's own spans
 ANOMALOUS = 0.2
 CARRIES = 0.5  # a replica whose own anomaly is at least this share of the strongest replica's carries the fault
 SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
@@ -59,12 +61,14 @@ def local(item: Item) -> bool:
     return not item.echo and item.signal not in UPWARD | DOWNWARD
 
 
-def anomaly(items: list[Item], up: bool = False, down: bool = False) -> float:
+def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable: bool = False) -> float:
     """The strongest signals with falling weights; echoes, and what a dependency (`up`) or a caller (`down`)
-    explains, weigh less."""
+    explains, weigh less; so do errors that start here where a dependency is down (`unreachable`): a call to a
+    part that is not there fails where it is made, and an untraced part (a database) has no span to fail in."""
     best: dict[str, float] = {}
+    upward = UPWARD | {ERROR_ORIGIN} if unreachable else UPWARD
     for it in items:
-        explained = (up and (it.echo or it.signal in UPWARD)) or (down and it.signal in DOWNWARD)
+        explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in DOWNWARD)
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
         best[it.signal] = max(best.get(it.signal, 0.0), it.blame * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
@@ -177,7 +181,8 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
-                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}))
+                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}),
+                          unreachable=any(down(units[d]) for d in deps if d in units and d != u))
         if c.level == "node" and len(hosted[u]) >= 2:
             c.score += 0.1 * len(hosted[u])
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]

@@ -58,9 +58,10 @@ class Tiny:
         self.con.executemany("insert into log_lines (ts, component, service, node, template_id, message, file_id, "
                              "level) values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0, leg="return"):
+    def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0, leg="return", fails=None):
         """Traces down a chain of services, four a minute; `slow` delays calls into it in the window (their
-        return `leg`, or the request leg: the callee starts late), `slower` takes `own_us` longer itself."""
+        return `leg`, or the request leg: the callee starts late), `slower` takes `own_us` longer itself, the
+        spans of `fails` and of its callers fail."""
         rows = []
         for i in range(MINUTES):
             for k in range(4):
@@ -71,8 +72,9 @@ class Tiny:
                     extra += own_us if during(i) and slower in services[depth:] else 0
                     parent = f"{trace}-{depth - 1}" if depth else None
                     late = gap_us if during(i) and leg == "request" and svc == slow else 0
+                    failed = 2 if during(i) and fails in services[depth:] else None
                     rows.append((trace, f"{trace}-{depth}", parent, ts + dt.timedelta(microseconds=late), dur + extra,
-                                 svc, f"{svc}-0", "node-1", "op", None, None, 1))
+                                 svc, f"{svc}-0", "node-1", "op", None, failed, 1))
                     dur -= 10_000
         self.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
@@ -284,6 +286,20 @@ def test_a_storage_part_that_restarts_outranks_the_sql_layer_whose_errors_echo_i
     assert d.candidates[0].component == "tidb-tikv"
     sql = next(c for c in d.candidates if c.component == "tidb-tidb")
     assert not any("went missing" in it.text for it in sql.found)  # a part that is down was not called less
+
+
+def test_errors_that_start_where_a_part_that_is_down_is_called_are_that_part_s(tiny):
+    """A simulated schedule's failed TiDB SQL layer: its callers' spans failed where they called it (TiDB has no
+    spans), and those errors, starting there, outranked the part whose process stopped."""
+    tiny.con.execute("insert into declared_calls values ('catalog', 'tidb-tidb', 1)")
+    tiny.place("catalog-0", "catalog")
+    tiny.chain(["front", "catalog"], fails="catalog")
+    tiny.series("tidb-tidb", "server_is_up", 1.0, kind="tidb", service="tidb-tidb", source="tidb", fault=0.0,
+                since=12)  # its up flag, the one word of its own: weaker than the callers' errors
+    ranked = digest(tiny.done()).candidates
+    assert ranked[0].component == "tidb-tidb"
+    catalog = next(c for c in ranked if c.component == "catalog")
+    assert catalog.explained_by == "tidb-tidb" and any(it.signal == "error origin" for it in catalog.found)
 
 
 def test_when_the_load_falls_where_it_comes_in_no_caller_is_blamed_for_the_falls_below(tiny):
