@@ -28,9 +28,10 @@ def test_explore_features_notebook_runs(replay, replay_store, monkeypatch, tmp_p
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 2
+    assert len(images) == 3  # the metric, the frontend's calls to cart that vanished (an echo), the call graph
     text = "".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs)
     assert "38ee3d45-82" in text and "cartservice" in text
+    assert "echo frontend: hipstershop.CartService/GetCart calls start_call cartservice" in text
 
 
 def test_the_notebook_runs_in_jupyterlab_through_the_server_s_api(replay, replay_store, tmp_path):
