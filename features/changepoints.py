@@ -39,11 +39,15 @@ def changepoints(values: np.ndarray) -> list[int]:
     return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(n))[:-1]]
 
 
-def refresh_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date) -> int:
-    """Recompute `changepoints` for one UTC day."""
-    df = frame(con, """
+def day_series(con: duckdb.DuckDBPyConnection, day: dt.date) -> pl.DataFrame:
+    """Every metric series of one UTC day, a value a minute."""
+    return frame(con, """
         select ts, source, component, service, metric, avg(value) as value from metric_points
         where ts >= ? and ts < ?::date + 1 group by all order by source, component, metric, ts""", [day, day])
+
+
+def find_changepoints(df: pl.DataFrame, day: dt.date) -> pl.DataFrame:
+    """The `changepoints` rows of a day's series (numpy and ruptures alone: no store)."""
     rows = []
     for (source, component, metric), series in df.partition_by(["source", "component", "metric"], maintain_order=True,
                                                                 as_dict=True).items():
@@ -56,9 +60,13 @@ def refresh_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date) -> int:
             after = float(values[cut:bounds[i + 2]].mean())
             rows.append((series["ts"][cut], day, source, component, series["service"][0], metric, before, after,
                          abs(after - before) / scale))
+    return pl.DataFrame(rows, orient="row", schema=["ts", "day", "source", "component", "service", "metric",
+                                                    "before", "after", "score"])
+
+
+def write_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date, found: pl.DataFrame) -> int:
     con.execute("delete from changepoints where day = ?", [day])
-    if rows:
-        out = pl.DataFrame(rows, orient="row", schema=["ts", "day", "source", "component", "service", "metric",
-                                                        "before", "after", "score"])
-        con.execute("insert into changepoints select * from out")
-    return len(rows)
+    if len(found):
+        con.execute("insert into changepoints select * from found")
+    return len(found)
+

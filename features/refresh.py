@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,7 +22,7 @@ from rcalab.errors import StoreError
 from rcalab.tasks import run_tasks
 
 from .anomaly import WINDOW, refresh_edge_anomaly, refresh_metric_anomaly
-from .changepoints import refresh_changepoints
+from .changepoints import day_series, find_changepoints, write_changepoints
 from .events import refresh_event_pairs
 from .templates import count_templates, refresh_template_minute
 from .trace_edges import refresh_span_self, refresh_trace_edges
@@ -130,16 +131,19 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
 
 
 def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
-    """Recompute every feature table for one UTC day; returns the rows each holds for it."""
+    """Recompute every feature table for one UTC day; returns the rows each holds for it. The change points
+    (ruptures, in Python) are found in a thread of their own while DuckDB computes the other tables."""
     start = dt.datetime.combine(day, dt.time())
     end = start + dt.timedelta(days=1)
-    counts = {
-        "metric_anomaly": refresh_metric_anomaly(con, start, end),
-        "log_template_minute": refresh_template_minute(con, start, end),
-        "trace_edge_minute": refresh_trace_edges(con, start, end),
-        "span_self_minute": refresh_span_self(con, start, end),
-        "event_pair_minute": refresh_event_pairs(con, start, end),
-    }
-    counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
-    counts["changepoints"] = refresh_changepoints(con, day)
+    with ThreadPoolExecutor(1) as pool:
+        found = pool.submit(find_changepoints, day_series(con, day), day)
+        counts = {
+            "metric_anomaly": refresh_metric_anomaly(con, start, end),
+            "log_template_minute": refresh_template_minute(con, start, end),
+            "trace_edge_minute": refresh_trace_edges(con, start, end),
+            "span_self_minute": refresh_span_self(con, start, end),
+            "event_pair_minute": refresh_event_pairs(con, start, end),
+        }
+        counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
+        counts["changepoints"] = write_changepoints(con, day, found.result())
     return counts
