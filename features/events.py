@@ -18,10 +18,12 @@ How the same pairs run in the window and in the baseline is read by `features.ev
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import duckdb
 
 TEMPLATE = "template:"  # the prefix of an event that is a template id, not a code position
+CHUNK = dt.timedelta(hours=1)  # the calls track is counted an hour of spans at a time
 SLACK = dt.timedelta(minutes=5)  # a span's log lines and calls may start a little before or after its minute
 
 
@@ -52,6 +54,14 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
                 [lo - SLACK, hi + SLACK, lo, hi])
     # The calls track, with each service's operation as a number while paths are built and counted (a day's
     # spans make few distinct paths): 0 stands for the track's start before its first call and its end after its last.
+    # An hour at a time: a day's spans and their calls at once take a third of a GB more.
+    for hour in range(math.ceil((hi - lo) / CHUNK)):
+        _calls_track(con, lo + hour * CHUNK, min(hi, lo + (hour + 1) * CHUNK))
+    return con.execute("select count(*) from event_pair_minute where minute >= ? and minute < ?",
+                       [lo, hi]).fetchall()[0][0]
+
+
+def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> None:
     con.execute("""
         insert into event_pair_minute
         with near as (select trace_id, span_id, parent_span_id, ts, service, operation from spans
@@ -79,5 +89,3 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
         from (select * from pairs union all select * from bare) join ops o using (op)
         left join ops x on x.op = a left join ops y on y.op = b group by all""",
                 {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi})
-    return con.execute("select count(*) from event_pair_minute where minute >= ? and minute < ?",
-                       [lo, hi]).fetchall()[0][0]
