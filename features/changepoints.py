@@ -69,4 +69,3 @@ def write_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date, found: pl.D
     if len(found):
         con.execute("insert into changepoints select * from found")
     return len(found)
-

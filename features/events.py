@@ -52,9 +52,7 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
         select date_trunc('minute', ts), service, operation || ' start', operation || ' end', count(*)
         from bare group by all""",
                 [lo - SLACK, hi + SLACK, lo, hi])
-    # The calls track, with each service's operation as a number while paths are built and counted (a day's
-    # spans make few distinct paths): 0 stands for the track's start before its first call and its end after its last.
-    # An hour at a time: a day's spans and their calls at once take a third of a GB more.
+    # The calls track an hour at a time: a day's spans and their calls at once take a third of a GB more.
     for hour in range(math.ceil((hi - lo) / CHUNK)):
         _calls_track(con, lo + hour * CHUNK, min(hi, lo + (hour + 1) * CHUNK))
     return con.execute("select count(*) from event_pair_minute where minute >= ? and minute < ?",
@@ -62,13 +60,17 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
 
 
 def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> None:
+    """The calls track's pairs of the spans that start in [lo, hi). Each service's operation is a number while the
+    paths are built and counted (spans make few distinct paths); 0 is the track's start before the first call and
+    its end after the last."""
     con.execute("""
         insert into event_pair_minute
         with near as (select trace_id, span_id, parent_span_id, ts, service, operation from spans
                       where ts >= $near_lo and ts < $near_hi),
              ops as (select service, operation, (row_number() over ())::integer as op
                      from (select distinct service, operation from near)),
-             numbered as (select trace_id, span_id, parent_span_id, ts, op from near join ops using (service, operation)),
+             numbered as (select trace_id, span_id, parent_span_id, ts, op
+                          from near join ops using (service, operation)),
              every as (select * from numbered where ts >= $lo and ts < $hi),
              calls as (select trace_id, parent_span_id as span_id, list(op order by ts, op) as ops
                        from numbered where parent_span_id is not null group by all),

@@ -10,8 +10,8 @@
    replica far weaker than its strongest sibling (a tenth of its errors, the load it took over) echoes it.
 4. The graph: latency and errors travel up the call graph (to callers), traffic falls down it
    (a failing caller stops calling), resource signals (CPU, memory, disk, a stopped process, a
-   slow network link, where errors start) stay where they are, but for errors that start where a dependency
-   that is down is called (it has no span to fail in). So a unit keeps its local
+   slow network link, where errors start) stay where they are, but for errors that start where a
+   dependency that is down is called (it has no span to fail in). So a unit keeps its local
    signals, but little of its latency and errors when a dependency (what it calls, within two
    calls, and its node when that node hosts anomalous pods of two or more services) is
    anomalous, and little of a traffic change when a caller is, or when the load fell where it comes
