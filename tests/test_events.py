@@ -134,6 +134,19 @@ def test_a_log_line_joins_its_span_and_keeps_its_code_position_verbatim(tmp_path
     assert ("call ts-basic-service queryForTravel", "queryInfo calls end") in pairs
 
 
+def test_a_loop_s_repeated_calls_are_one_step(tmp_path):
+    dump = nezha_minute(tmp_path / "dump", [line("t.s.TravelServiceImpl#451", "[queryInfo][Query]")])
+    with open(dump / "rca_data" / "2023-01-29" / "trace" / "10_06_trace.csv", "a") as f:
+        f.write("aa11,dd44,bb22,ts-basic-service-5dc8d4f9fd-46997,queryForTravel,"
+                "1674986763460000000,1674986763490000000,30000\n")  # the same call again, as a loop makes it
+    db = tmp_path / "s.duckdb"
+    assert not nightly(dump, db).failed
+    pairs = store.connect(db, read_only=True).execute(
+        "select a, b, pairs from event_pair_minute where a like '%call%' order by a").fetchall()
+    assert pairs == [("call ts-basic-service queryForTravel", "queryInfo calls end", 1),
+                     ("queryInfo calls start", "call ts-basic-service queryForTravel", 1)]
+
+
 def test_a_store_whose_event_paths_lack_calls_computes_them_on_its_next_run(tmp_path):
     dump = nezha_minute(tmp_path / "dump", [line("t.s.TravelServiceImpl#451", "[queryInfo][Query]")])
     db = tmp_path / "s.duckdb"
