@@ -203,15 +203,11 @@ def write_shard(out: Path):
             con.execute(f"set threads = {int(threads)}")
         yield con
         con.execute("checkpoint")
-    except duckdb.Error as e:
+    except BaseException as e:
         con.close()
         tmp.unlink(missing_ok=True)
-        if unwritable(e):
+        if isinstance(e, duckdb.Error) and unwritable(e):
             raise StoreError(f"the store cannot be written ({str(e).splitlines()[0]})") from None
-        raise
-    except BaseException:
-        con.close()
-        tmp.unlink(missing_ok=True)
         raise
     con.close()
     os.replace(tmp, out)
