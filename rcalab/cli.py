@@ -17,6 +17,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rcalab.errors import RcalabError, check_output, shown
+from rcalab.tasks import local_cluster
 
 console = Console(stderr=True)
 
@@ -259,11 +260,13 @@ def bench(what, out, scale, nezha, sample, schedule, real, random):
 
 @contextmanager
 def cluster(workers: int | None, scheduler: str | None):
-    """A Dask client: of a running cluster (`scheduler`), or of a local one of `workers` processes."""
+    """A Dask client: of a running cluster (`scheduler`), or of a local one of `workers` processes; None (work in
+    this process) when neither is given."""
+    if not (workers or scheduler):
+        yield None
+        return
     try:
         from distributed import Client
-
-        from rcalab.tasks import local_cluster
     except ImportError:
         raise RcalabError("a cluster needs Dask's distributed: pip install 'rcalab[cluster]'") from None
     if scheduler:
@@ -420,7 +423,7 @@ def etl(dump, db, fmt, workers, scheduler):
     from features.refresh import nightly
 
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
-            (cluster(workers, scheduler) if workers or scheduler else nullcontext()) as client:
+            cluster(workers, scheduler) as client:
         task = bar.add_task("loading", total=None)
         report = nightly(dump.resolve(), db.resolve(), fmt, client=client,
                          progress=lambda i, what: bar.update(task, completed=i, description=cell(what)))
@@ -524,11 +527,9 @@ def detect(db, day, from_, to, out, given, workers, scheduler):
         def progress(done, total):
             bar.update(task, completed=done, total=total)
 
-        if workers or scheduler:
-            with cluster(workers, scheduler) as client:
-                found = incidents(scan_on(client, db.resolve(), lo, hi, progress=progress))
-        else:
-            found = incidents(scan(con, lo, hi, progress=progress))
+        with cluster(workers, scheduler) as client:
+            found = incidents(scan_on(client, db.resolve(), lo, hi, progress=progress) if client else
+                              scan(con, lo, hi, progress=progress))
     known_cases = load_questions(given) if given else []
 
     def overlapping(start, end):
