@@ -11,7 +11,7 @@ from etl import store
 from features.cases import Question
 from features.detect import ABNORMAL
 from features.digest import build_digest
-from features.evidence import Item, Window, faulty_change, logs, silence, traces
+from features.evidence import Item, Window, changepoints, faulty_change, logs, silence, traces
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
 from features.options import options
@@ -184,6 +184,19 @@ def test_a_slow_link_belongs_to_the_end_all_of_whose_links_are_slow(tiny):
     assert links[0].component == "c"
     assert {i.component for i in links} <= {"b", "c", "d"}
     assert links[0].key == "NetworkP90(ms)" and "NetworkP90(ms) of c" in links[0].text  # its answers came late
+
+
+def test_a_level_s_return_within_the_window_is_no_change_of_its_own(tiny):
+    """cart's CPU rises and falls back (a short fault); pay's falls and rises back (its callers paused)."""
+    con = tiny.done()
+    first, then = START + dt.timedelta(minutes=5), START + dt.timedelta(minutes=8)
+    con.executemany("insert into changepoints values (?, ?, 'infra_pod', ?, ?, 'pod_cpu_usage', ?, ?, ?)",
+                    [(first, START.date(), "cart-0", "cart", 0.2, 1.9, 12.0),
+                     (then, START.date(), "cart-0", "cart", 1.9, 0.2, 13.0),
+                     (first, START.date(), "pay-0", "pay", 0.4, 0.1, 13.0),
+                     (then, START.date(), "pay-0", "pay", 0.1, 0.4, 12.0)])
+    found = changepoints.collect(con, Window(START, END))
+    assert [(i.component, "0.2 -> 1.9" in i.text) for i in found] == [("cart-0", True)]
 
 
 def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):

@@ -3,6 +3,8 @@ the series' own noise, from the `changepoints` table (ruptures, computed per day
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from . import ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
 from .metrics import shared
 
@@ -13,11 +15,26 @@ WEIGHT = 0.6  # a level shift against the whole day corroborates; alone it is we
 
 def collect(con, w: Window) -> list[Item]:
     found = rows(con, """
-        select source, component, metric, arg_max(before, score) as before, arg_max(after, score) as after, max(score) as shift
-        from changepoints where ts >= ? and ts <= ? and score >= ? group by all order by shift desc limit 300""",
+        select source, component, metric, before, after, score as shift from changepoints
+        where ts >= ? and ts <= ? and score >= ? order by ts, source, component, metric""",
                  [w.start - GAP, w.end, SHIFT_MIN])
+    changes: dict[tuple, list[dict]] = defaultdict(list)
+    for c in found:
+        earlier = changes[c["source"], c["component"], c["metric"]]
+        if not any(undoes(c, e) for e in earlier):
+            earlier.append(c)
+    strongest = [max(cs, key=lambda c: c["shift"]) for cs in
+                 ([c for c in cs if faulty_change(c["metric"], c["before"], c["after"])] for cs in changes.values()) if cs]
     return [Item(c["component"], "changepoint", WEIGHT * min(c["shift"], SHIFT_FULL) / SHIFT_FULL, c["metric"],
                  f"change point {c['metric']} of {c['component']}: {fmt(c['before'])} -> {fmt(c['after'])} "
                  f"({c['shift']:.1f} sd)", signal_of(c["metric"]),
                  bool(ECHO.search(c["metric"])) or shared(c["metric"], c["source"]), c["after"] < c["before"])
-            for c in found if faulty_change(c["metric"], c["before"], c["after"])]
+            for c in sorted(strongest, key=lambda c: -c["shift"])]
+
+
+def undoes(c: dict, earlier: dict) -> bool:
+    """Whether change `c` brings its series back past halfway to where it was before an `earlier` change: a window
+    that holds a whole short fault holds its end too, and the level's return is no change of its own (a CPU that
+    rises back after its callers stopped calling is no fault)."""
+    return (c["after"] - c["before"]) * (earlier["after"] - earlier["before"]) < 0 \
+        and abs(c["after"] - earlier["before"]) <= abs(earlier["after"] - earlier["before"]) / 2
