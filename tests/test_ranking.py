@@ -186,6 +186,14 @@ def test_a_slow_link_belongs_to_the_end_all_of_whose_links_are_slow(tiny):
     assert links[0].key == "NetworkP90(ms)" and "NetworkP90(ms) of c" in links[0].text  # its answers came late
 
 
+def test_slow_links_to_several_callees_belong_to_the_one_caller_they_share(tiny):
+    # b's calls into c, d and e all start late; each of them is called by b alone, so each is "1 of 1 slow".
+    for callee in ("c", "d", "e"):
+        tiny.chain(["a", "b", callee], slow=callee, gap_us=400_000, leg="request")
+    links = [i for i in traces.collect(tiny.done(), Window(START, END)) if i.signal == "link"]
+    assert [i.component for i in links] == ["b"] and "3 of 3 calls from b slow" in links[0].text
+
+
 def test_a_level_s_return_within_the_window_is_no_change_of_its_own(tiny):
     """cart's CPU rises and falls back (a short fault); pay's falls and rises back (its callers paused)."""
     con = tiny.done()

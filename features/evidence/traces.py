@@ -3,7 +3,9 @@
 - links: the gap of a call (caller span less callee span) that grew and carries most of the call's
   slowdown (a callee that got slower itself lengthens the call, not the gap), given to the end whose
   links in that direction are all slow: a network fault on a pod slows all its calls in or out,
-  while its peers each have one slow link among healthy ones. The item's score is the link's anomaly, the
+  while its peers each have one slow link among healthy ones. Where both ends' links are all slow, the end
+  that more slow links share is the one cause that explains them all (a caller that sends its calls into three
+  services late, each of which it alone calls). The item's score is the link's anomaly, the
   share of the end's links that are slow how much of it points at that end. Where the return leg of the slow
   calls into that end (the span offset) got slower too, the link is named as Nezha names that measure,
   NetworkP90(ms) of the callee;
@@ -118,7 +120,8 @@ def _link_score(e: dict) -> float:
 
 def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
     """A slow link belongs to the end whose links in that direction (a callee's calls in, a caller's calls
-    out) are slow the more often, then whose links of both directions are; to both ends when they tie."""
+    out) are slow the more often, then that has more of them slow, then whose links of both directions are slow
+    the more often; to both ends when they tie."""
     way: dict[tuple[str, str], list[float]] = defaultdict(list)  # (component, "in" | "out") -> link scores
     for e in edges:
         way[e["callee"], "in"].append(slow[e["caller"], e["callee"]])
@@ -127,8 +130,9 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
     def share(scores: list[float]) -> float:
         return sum(1 for sc in scores if sc > 0) / len(scores) if scores else 0.0
 
-    def standing(end: str, direction: str) -> tuple[float, float]:
-        return share(way[end, direction]), share(way[end, "in"] + way[end, "out"])
+    def standing(end: str, direction: str) -> tuple[float, int, float]:
+        scores = way[end, direction]
+        return share(scores), sum(1 for sc in scores if sc > 0), share(way[end, "in"] + way[end, "out"])
 
     best: dict[str, tuple[float, dict, str]] = {}
     for e in edges:
