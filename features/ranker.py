@@ -40,6 +40,9 @@ UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
 LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it is not up is down
 ERROR_ORIGIN = "error origin"  # the trace signal of errors that start in a component's own spans
+# What a component's callers feel of its trouble: it answers slower, fails, answers otherwise, or is gone. Its
+# resources (CPU, memory, disk, bytes, load) moving reach its callers only through one of these.
+FELT = UPWARD | LIVENESS | {ERROR_ORIGIN, "link", "self time", "path", "log", "silence"}
 ANOMALOUS = 0.2
 CARRIES = 0.5  # a replica whose own anomaly is at least this share of the strongest replica's carries the fault
 SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
@@ -166,6 +169,10 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     cands = {u: Candidate(u, level[u], evidence=sorted(its, key=strength))
              for u, its in units.items()}
     own_of = {u: own(units[u]) for u in cands}
+    # A traced dependency explains its callers only by trouble they can feel: the traces would show it.
+    traced = {b for _, b, k in g.edges(data="kind") if k == "call"}
+    felt = {u: anomaly([i for i in units[u] if not i.echo and i.signal in FELT]) if service_of.get(u, u) in traced
+            else own_of[u] for u in cands}
     # A node explains its pods only when it hosts anomalous pods of two or more services.
     hosted: dict[str, set[str]] = defaultdict(set)
     for u in cands:
@@ -176,7 +183,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
         deps |= {p for d in deps for p in pods_of.get(d, ())}  # and a service's trouble, carried by one of its pods
-        worst, by = max(((own_of[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
+        worst, by = max(((felt[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])

@@ -323,6 +323,18 @@ def test_errors_that_start_where_a_part_that_is_down_is_called_are_that_part_s(t
     assert catalog.explained_by == "tidb-tidb" and any(it.signal == "error origin" for it in catalog.found)
 
 
+def test_a_traced_dependency_whose_cpu_alone_rose_explains_no_caller_s_errors(tiny):
+    """catalog's CPU spikes while the recommender, which calls it, fails: the traces of its calls to catalog stay
+    healthy, so nothing of catalog reached it."""
+    for service in ("rec", "catalog"):
+        tiny.place(f"{service}-0", service)
+    tiny.chain(["front", "rec", "catalog"])
+    tiny.chain(["front", "rec"], fails="rec")
+    tiny.series("catalog-0", "pod_cpu_usage", 0.1, service="catalog", fault=0.4)
+    ranked = digest(tiny.done()).candidates
+    assert ranked[0].component == "rec" and ranked[0].explained_by is None
+
+
 def test_when_the_load_falls_where_it_comes_in_no_caller_is_blamed_for_the_falls_below(tiny):
     for caller, callee in (("checkout", "email"), ("checkout", "payment"), ("frontend", "checkout")):
         tiny.con.execute("insert into declared_calls values (?, ?, 1)", [caller, callee])
