@@ -298,7 +298,8 @@ def test_a_store_whose_disk_is_full_stops_the_load_in_one_line_keeping_what_load
     result = invoke("etl", replay, "--db", db)
     one_line_error(result, "the store cannot be written", "No space left on device",
                    "the 0 days loaded before it are kept")
-    assert len(calls) == 3  # the run stopped at the first refusal
+    # The run stopped at the first refusal: no file began after it (files load side by side, one a core).
+    assert 3 <= len(calls) <= 2 + (os.cpu_count() or 1)
     con = store.connect(db, read_only=True)
     assert con.execute("select count(*) from shards").fetchone() == (0,)  # the day is not half written
     con.close()
