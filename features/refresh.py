@@ -132,11 +132,14 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
 
 def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
     """Recompute every feature table for one UTC day; returns the rows each holds for it. The change points
-    (ruptures, in Python) are found in a thread of their own while DuckDB computes the other tables."""
+    (ruptures, in Python) are found in a thread of their own while DuckDB computes the other tables, where DuckDB
+    has threads to spare (a task given one thread, as a cluster's worker is, keeps to it)."""
     start = dt.datetime.combine(day, dt.time())
     end = start + dt.timedelta(days=1)
+    series = day_series(con, day)
+    spare = int(con.execute("select current_setting('threads')").fetchone()[0]) > 1
     with ThreadPoolExecutor(1) as pool:
-        found = pool.submit(find_changepoints, day_series(con, day), day)
+        found = pool.submit(find_changepoints, series, day) if spare else None
         counts = {
             "metric_anomaly": refresh_metric_anomaly(con, start, end),
             "log_template_minute": refresh_template_minute(con, start, end),
@@ -145,5 +148,6 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
             "event_pair_minute": refresh_event_pairs(con, start, end),
         }
         counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
-        counts["changepoints"] = write_changepoints(con, day, found.result())
+        points = found.result() if found else find_changepoints(series, day)
+        counts["changepoints"] = write_changepoints(con, day, points)
     return counts
