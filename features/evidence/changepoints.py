@@ -23,8 +23,8 @@ def collect(con, w: Window) -> list[Item]:
         earlier = changes[c["source"], c["component"], c["metric"]]
         if not any(undoes(c, e) for e in earlier):
             earlier.append(c)
-    strongest = [max(cs, key=lambda c: c["shift"]) for cs in
-                 ([c for c in cs if faulty_change(c["metric"], c["before"], c["after"])] for cs in changes.values()) if cs]
+    faulty = ([c for c in cs if faulty_change(c["metric"], c["before"], c["after"])] for cs in changes.values())
+    strongest = [max(cs, key=lambda c: c["shift"]) for cs in faulty if cs]
     return [Item(c["component"], "changepoint", WEIGHT * min(c["shift"], SHIFT_FULL) / SHIFT_FULL, c["metric"],
                  f"change point {c['metric']} of {c['component']}: {fmt(c['before'])} -> {fmt(c['after'])} "
                  f"({c['shift']:.1f} sd)", signal_of(c["metric"]),
