@@ -261,7 +261,6 @@ def load_day(day: Day) -> DayResult:
     with store.write_shard(Path(day.out)) as con:
         if day.previous:
             store.attach(con, day.previous, "previous")
-        threads = int(con.execute("select current_setting('threads')").fetchone()[0])
         cursors, stop = [], threading.Event()
 
         def one(src: Source) -> Loaded | None:
@@ -277,7 +276,7 @@ def load_day(day: Day) -> DayResult:
             finally:
                 cur.close()
 
-        with ThreadPoolExecutor(threads) as pool:
+        with ThreadPoolExecutor(store.threads(con)) as pool:
             try:
                 done = list(pool.map(one, day.sources))
             except BaseException:  # a refusal of the disk, or a Ctrl-C: no file begins, those loading stop

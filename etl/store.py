@@ -257,6 +257,11 @@ def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
     _views(con, current)
 
 
+def threads(con: duckdb.DuckDBPyConnection) -> int:
+    """The threads DuckDB gives a query on this connection."""
+    return int(con.execute("select current_setting('threads')").fetchall()[0][0])
+
+
 def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of a store's connection (one per thread) that reads the shards' tables as the connection does
     (temporary views are a connection's own; the shards are attached already)."""

@@ -200,7 +200,7 @@ def levels_of(con: duckdb.DuckDBPyConnection, todo: list[Window], progress=lambd
         return level(cursors.con, w)
 
     levels = []
-    threads = int(con.execute("select current_setting('threads')").fetchone()[0])
+    threads = store.threads(con)
     con.execute("set threads = 1")
     try:
         with ThreadPoolExecutor(max_workers=cores or os.cpu_count() or 1) as pool:

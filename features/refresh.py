@@ -137,7 +137,7 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
     start = dt.datetime.combine(day, dt.time())
     end = start + dt.timedelta(days=1)
     series = day_series(con, day)
-    spare = int(con.execute("select current_setting('threads')").fetchone()[0]) > 1
+    spare = store.threads(con) > 1
     with ThreadPoolExecutor(1) as pool:
         found = pool.submit(find_changepoints, series, day) if spare else None
         counts = {
