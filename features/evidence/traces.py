@@ -127,12 +127,15 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
         way[e["callee"], "in"].append(slow[e["caller"], e["callee"]])
         way[e["caller"], "out"].append(slow[e["caller"], e["callee"]])
 
+    def slow_ones(scores: list[float]) -> int:
+        return sum(1 for sc in scores if sc > 0)
+
     def share(scores: list[float]) -> float:
-        return sum(1 for sc in scores if sc > 0) / len(scores) if scores else 0.0
+        return slow_ones(scores) / len(scores) if scores else 0.0
 
     def standing(end: str, direction: str) -> tuple[float, int, float]:
         scores = way[end, direction]
-        return share(scores), sum(1 for sc in scores if sc > 0), share(way[end, "in"] + way[end, "out"])
+        return share(scores), slow_ones(scores), share(way[end, "in"] + way[end, "out"])
 
     best: dict[str, tuple[float, dict, str]] = {}
     for e in edges:
@@ -147,7 +150,7 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
     items = []
     for end, (score, e, direction) in best.items():
         scores = way[end, direction]
-        n = sum(1 for sc in scores if sc > 0)
+        n = slow_ones(scores)
         confidence = n / (n + 0.5)
         calls = "calls into" if direction == "in" else "calls from"
         said = (f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
