@@ -171,8 +171,8 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     own_of = {u: own(units[u]) for u in cands}
     # A traced dependency explains its callers only by trouble they can feel: the traces would show it.
     traced = {b for _, b, k in g.edges(data="kind") if k == "call"}
-    felt = {u: anomaly([i for i in units[u] if not i.echo and i.signal in FELT]) if service_of.get(u, u) in traced
-            else own_of[u] for u in cands}
+    felt = {u: own([i for i in units[u] if i.signal in FELT]) if service_of.get(u, u) in traced else own_of[u]
+            for u in cands}
     # A node explains its pods only when it hosts anomalous pods of two or more services.
     hosted: dict[str, set[str]] = defaultdict(set)
     for u in cands:
