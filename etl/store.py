@@ -91,6 +91,11 @@ MIGRATIONS = [
     insert or ignore into dirty_days select distinct ts::date from spans;  -- a store of its own tables
     insert or ignore into dirty_days select lo::date from shards where kind = 'features';
     """),
+    ("the operation of an event path", """
+    alter table event_pair_minute add column operation text;
+    insert or ignore into dirty_days select distinct ts::date from spans;
+    insert or ignore into dirty_days select lo::date from shards where kind = 'features';
+    """),
 ]
 LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement")  # in `load-*` shards
 FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
@@ -117,9 +122,9 @@ DESCRIPTIONS = {
     "span_self_minute": "per service, pod and minute: spans, errors, errors that start there (no failing child), "
                         "self time (a span less its children) and span p95",
     "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
-    "event_pair_minute": "per service and minute: how often event a is followed by event b in the same span (events: "
-                         "span start and end, a log line's code position or its template as template:ID; in a "
-                         "track of their own, the calls a span made)",
+    "event_pair_minute": "per service, operation and minute: how often event a is followed by event b in the same "
+                         "span (events: span start and end, a log line's code position or its template as "
+                         "template:ID; in a track of their own, the calls a span made)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",
@@ -284,7 +289,7 @@ def shard_views(con: duckdb.DuckDBPyConnection, loads: list[str], features: list
                          "left join log_masked m on m.masked = l.masked" for a in aliases]
             else:
                 parts = [f"select * from {a}.{table}" for a in aliases]
-            union = " union all ".join(parts)
+            union = " union all by name ".join(parts)  # a shard built before a column was added reads it null
             if table == "placement":
                 union = (f"select pod, service, node, min(first_seen) as first_seen, max(last_seen) as last_seen "
                          f"from ({union}) group by all")

@@ -1,6 +1,6 @@
 """Events in their traces: each span is a path of events (its start, the log lines written in it, its end),
-and `event_pair_minute` counts, per service and minute, how often event `a` is followed by event `b` in the
-same span. A log line's event is its code position (`logger#line`, verbatim) where it has one, else its
+and `event_pair_minute` counts, per service, operation and minute, how often event `a` is followed by event `b`
+in the same span: a path is an operation's, and a callee asked for other operations keeps its paths. A log line's event is its code position (`logger#line`, verbatim) where it has one, else its
 Drain3 template (`template:ID`). Only spans that log (a dump whose log lines carry their trace and span ids)
 have paths of more than start and end; those are the spans counted here, with the spans of the same operations
 that logged nothing (their path ran from start to end: an exception thrown before the first line leaves such a
@@ -23,6 +23,7 @@ import math
 import duckdb
 
 TEMPLATE = "template:"  # the prefix of an event that is a template id, not a code position
+CALLS_START = " calls start"  # the suffix of the event that begins an operation's calls track
 CHUNK = dt.timedelta(hours=1)  # the calls track is counted an hour of spans at a time
 SLACK = dt.timedelta(minutes=5)  # a span's log lines and calls may start a little before or after its minute
 
@@ -30,7 +31,7 @@ SLACK = dt.timedelta(minutes=5)  # a span's log lines and calls may start a litt
 def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> int:
     con.execute("delete from event_pair_minute where minute >= ? and minute < ?", [lo, hi])
     con.execute(f"""
-        insert into event_pair_minute
+        insert into event_pair_minute (minute, service, operation, a, b, pairs)
         with logged as (select trace_id, span_id, ts, coalesce(event, '{TEMPLATE}' || template_id) as event
                         from log_lines where span_id is not null and ts >= ? and ts < ?),
              every as (select trace_id, span_id, ts, service, operation from spans where ts >= ? and ts < ?),
@@ -46,10 +47,10 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
              pairs as (select trace_id, span_id, event as a,
                               lead(event) over (partition by trace_id, span_id order by part, ts, event) as b
                        from path)
-        select date_trunc('minute', s.ts) as minute, s.service, p.a, p.b, count(*) as pairs
+        select date_trunc('minute', s.ts) as minute, s.service, s.operation, p.a, p.b, count(*) as pairs
         from pairs p join s using (trace_id, span_id) where p.b is not null group by all
         union all  -- no pair of these is one of those: a span that logged has a line between its start and end
-        select date_trunc('minute', ts), service, operation || ' start', operation || ' end', count(*)
+        select date_trunc('minute', ts), service, operation, operation || ' start', operation || ' end', count(*)
         from bare group by all""",
                 [lo - SLACK, hi + SLACK, lo, hi])
     # The calls track an hour at a time: a day's spans and their calls at once take a third of a GB more.
@@ -64,7 +65,7 @@ def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetim
     paths are built and counted (spans make few distinct paths); 0 is the track's start before the first call and
     its end after the last."""
     con.execute("""
-        insert into event_pair_minute
+        insert into event_pair_minute (minute, service, operation, a, b, pairs)
         with near as (select trace_id, span_id, parent_span_id, ts, service, operation from spans
                       where ts >= $near_lo and ts < $near_hi),
              ops as (select service, operation, (row_number() over ())::integer as op
@@ -85,9 +86,9 @@ def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetim
              bare as (select date_trunc('minute', ts) as minute, op, 0 as a, 0 as b, count(*) as pairs
                       from every semi join (select distinct op from paths) using (op)
                       anti join calls using (trace_id, span_id) group by all)
-        select minute, o.service,
-               if(a = 0, o.operation || ' calls start', 'call ' || x.service || ' ' || x.operation) as a,
+        select minute, o.service, o.operation,
+               if(a = 0, o.operation || $calls_start, 'call ' || x.service || ' ' || x.operation) as a,
                if(b = 0, o.operation || ' calls end', 'call ' || y.service || ' ' || y.operation) as b, sum(pairs)
         from (select * from pairs union all select * from bare) join ops o using (op)
         left join ops x on x.op = a left join ops y on y.op = b group by all""",
-                {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi})
+                {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi, "calls_start": CALLS_START})
