@@ -98,6 +98,16 @@ def tiny(tmp_path):
     t.con.close()
 
 
+def test_a_question_s_minutes_are_the_one_it_began_in_and_those_mostly_inside_it():
+    """Nezha's faults run three minutes from some second of a minute: 09:30:09 to 09:33:09 holds nine seconds of
+    09:33, where another service's path broke (Train Ticket 2023-01-29)."""
+    w = Window.around(dt.datetime(2023, 1, 29, 9, 30, 9), dt.datetime(2023, 1, 29, 9, 33, 9))
+    minutes = [dt.datetime(2023, 1, 29, 9, m) for m in range(28, 36)]
+    assert [f"{m:%H:%M}" for m in minutes if w.start <= m <= w.end] == ["09:30", "09:31", "09:32"]
+    short = Window.around(dt.datetime(2023, 1, 29, 9, 30, 50), dt.datetime(2023, 1, 29, 9, 30, 55))
+    assert [m for m in minutes if short.start <= m <= short.end][:1] == [dt.datetime(2023, 1, 29, 9, 30)]
+
+
 def test_a_silent_pod_is_the_pod(tiny):
     for service in ("cart", "frontend"):
         for i in range(3):

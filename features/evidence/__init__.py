@@ -34,9 +34,11 @@ class Window:
 
     @classmethod
     def around(cls, start: dt.datetime, end: dt.datetime) -> "Window":
-        """Whole minutes, at least one: a window of seconds holds no minute-resolution point otherwise."""
+        """Whole minutes, at least one: a window of seconds holds no minute-resolution point otherwise. From the
+        minute the anomaly began in (its onset shows there) to the last minute mostly inside it (a minute's figures
+        stand for all of it, and the minutes after an anomaly hold what came next)."""
         first = start.replace(second=0, microsecond=0)
-        return cls(first, max(end, first + MINUTE))
+        return cls(first, max(end - MINUTE / 2, first + MINUTE))
 
 
 @dataclass
