@@ -15,21 +15,24 @@ FRONT = ["F.c.FrontController#10", "F.c.FrontController#20"]
 ORDER = ["o.s.OrderServiceImpl#5", "o.s.OrderServiceImpl#7", "o.s.OrderServiceImpl#9"]
 
 
-def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fault=None, asks_order=True):
-    """Four traces a minute: front's span calls order's; each logs its code positions in order. In the window,
-    `*_fault` replaces a service's positions, and front calls order only if it `asks_order`."""
+def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fault=None, asks_order=True,
+                  faulty=during, asks_for="op", front_faulty=None):
+    """Four traces a minute: front's span calls order's operation `op`; each logs its code positions in order. In
+    the `faulty` minutes (the window's), `*_fault` replaces a service's positions (front's in `front_faulty`, if
+    given), front calls order only if it `asks_order`, and then for operation `asks_for`."""
     spans, lines = [], []
     for i in range(MINUTES):
         for k in range(4):
             trace, ts = f"t{i}-{k}", T0 + dt.timedelta(minutes=i, seconds=k * 10)
             for depth, (service, positions, fault) in enumerate((("front", front, front_fault),
                                                                  ("order", order, order_fault))):
-                if depth and during(i) and not asks_order:
+                if depth and faulty(i) and not asks_order:
                     continue
-                span = f"{trace}-{depth}"
+                span, operation = f"{trace}-{depth}", asks_for if depth and faulty(i) else "op"
                 spans.append((trace, span, f"{trace}-0" if depth else None, ts, 50_000 - depth * 10_000, service,
-                              f"{service}-0", "node-1", "op", None, None, 1))
-                for j, position in enumerate(fault if fault is not None and during(i) else positions):
+                              f"{service}-0", "node-1", operation, None, None, 1))
+                broken = (front_faulty or faulty) if depth == 0 else faulty
+                for j, position in enumerate(fault if fault is not None and broken(i) else positions):
                     at = ts + dt.timedelta(milliseconds=1 + depth * 5 + j)
                     lines.append((at, f"{service}-0", service, "node-1", 1, f"12:00:00.000 INFO {position} did",
                                   1, "INFO", trace, span, position))
@@ -89,6 +92,56 @@ def test_a_path_that_vanished_because_its_caller_stopped_asking_is_the_caller_s(
     assert [(i.component, i.key, i.echo) for i in found] == [("front", "op calls start_call order op", False)]
     assert "now 0%" in found[0].text and "now by 'op calls end'" in found[0].text
     assert digest(con).candidates[0].component == "front"
+
+
+def test_a_change_in_part_of_the_window_is_measured_over_its_own_minutes(tiny):
+    """A three-minute wrong return in a ten-minute scan window (Train Ticket 2023-01-29 09:03): over the whole
+    window the broken pair still held in half the spans, and a slow link beside it outweighed it."""
+    con = logged_traces(tiny, order_fault=[ORDER[0], ORDER[2]], faulty=lambda i: 93 <= i <= 95)
+    found = events.collect(con, Window(T0 + dt.timedelta(minutes=90), T0 + dt.timedelta(minutes=100)))
+    assert [(i.component, i.key) for i in found] == [("order", "o.s.OrderServiceImpl#5_o.s.OrderServiceImpl#7")]
+    assert found[0].score > 0.7 and "now 0% of 12 in 09:33-09:35" in found[0].text
+
+
+def test_a_change_that_began_later_explains_none_that_began_before_it(tiny):
+    """Seen on a Train Ticket morning: a service's own wrong return began at 09:31; a callee's path broke at 09:33
+    for two minutes, and made the first an echo of it."""
+    con = logged_traces(tiny, front_fault=[FRONT[0], "F.c.FrontController#30"], order_fault=[ORDER[0], ORDER[2]],
+                        front_faulty=during, faulty=lambda i: 100 <= i <= 110)
+    found = {i.component: i for i in events.collect(con, window())}
+    assert not found["front"].echo and not found["order"].echo
+
+
+def test_a_first_call_that_changed_with_its_caller_s_path_is_the_caller_s(tiny):
+    """Seen on an Online Boutique day: the frontend's wrong return made it ask the ad service for random ads; the
+    ad service's first call changed (its input chose it, before any callee answered) and outranked the frontend,
+    whose own first call changed as well."""
+    rows = []
+    for i in range(MINUTES):
+        for k in range(4):
+            trace, ts = f"t{i}-{k}", T0 + dt.timedelta(minutes=i, seconds=k * 10)
+            rows.append((trace, f"{trace}-front", None, ts, 50_000, "front", "front-0", "node-1", "op", None, None, 1))
+            if during(i):  # front asks ads first now, then order
+                rows.append((trace, f"{trace}-ads", f"{trace}-front", ts + dt.timedelta(milliseconds=1), 1_000,
+                             "ads", "ads-0", "node-1", "op", None, None, 1))
+            rows.append((trace, f"{trace}-order", f"{trace}-front", ts + dt.timedelta(milliseconds=2), 30_000,
+                         "order", "order-0", "node-1", "op", None, None, 1))
+            rows.append((trace, f"{trace}-cat", f"{trace}-order", ts + dt.timedelta(milliseconds=3), 10_000,
+                         "cat", "cat-0", "node-1", "y" if during(i) else "x", None, None, 1))
+    tiny.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    for service in ("front", "order", "ads", "cat"):
+        tiny.place(f"{service}-0", service)
+    found = {i.component: i for i in events.collect(tiny.done(), window())}
+    assert not found["front"].echo and found["front"].key == "op calls start_call order op"
+    assert found["order"].echo and "its callers front changed their paths too" in found["order"].text
+
+
+def test_a_callee_asked_for_another_operation_keeps_its_paths(tiny):
+    """Seen on an Online Boutique day: the frontend asked the ad service for random ads, not ads by category; both
+    operations run the same query, and what followed it told only which operation ran. The caller's path did
+    change: it calls another operation."""
+    found = events.collect(logged_traces(tiny, asks_for="other"), window())
+    assert [(i.component, i.key) for i in found] == [("front", "op calls start_call order op")]
 
 
 def test_paths_that_hold_are_no_evidence(tiny):
@@ -210,3 +263,14 @@ def test_a_slow_link_from_another_caller_does_not_explain_a_path_change(tiny):
     found = {i.component: i for i in events.collect(con, window())}
     assert slow[0].blame >= 0.5 * found["front"].score  # as much as would explain front's change, were it on its way
     assert not found["front"].echo
+
+
+def test_a_path_that_breaks_where_its_caller_s_network_is_slow_is_the_caller_s(tiny):
+    """Seen on a Train Ticket day: a network delay on the travel service (calls into it 18 ms -> 4.5 s late) ended
+    the spans of the basic service it calls early, as a caller that gives up on a call does; basic's broken path
+    outranked travel."""
+    for caller in ("x", "y"):
+        tiny.chain([caller, "front"], slow="front", gap_us=60_000_000)
+    con = logged_traces(tiny, order_fault=[ORDER[0], ORDER[2]])
+    found = {i.component: i for i in events.collect(con, window())}
+    assert found["order"].echo and "calls from front came over a slow link" in found["order"].text

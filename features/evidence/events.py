@@ -1,27 +1,36 @@
-"""Events: expected paths against actual ones, as Nezha compares them. In the baseline, each event of a service
-(a code position, a log template, a span's start or end) is followed by the next event of its span with some
-probabilities; in the window, where an event still happens but what follows it changed (an exception skips
-the rest of the method, a wrong return takes another branch), the service's own code changed course.
+"""Events: expected paths against actual ones, as Nezha compares them. In the baseline, each event of a service's
+operation (a code position, a log template, a span's start or end) is followed by the next event of its span
+with some probabilities; in the window, where an event still happens but what follows it changed (an exception
+skips the rest of the method, a wrong return takes another branch), the service's own code changed course.
+Probabilities, not counts, and within an operation: a service called less often, or asked for other operations,
+keeps its paths.
 
 The change is the drop of the expected follow-up's probability, taken at its 95 % lower bound (Clopper-Pearson:
 five occurrences prove less than fifty), counted only where the window has enough occurrences and the drop
 is significant under the baseline's probability (a binomial test; Laplace's rule of succession keeps a
-follow-up seen every time so far from being taken as certain). Probabilities, not counts: a service called
-less often keeps its paths. The key is the expected pair that broke, `A_B` in Nezha's labels. A service whose
-callees changed as much (at least `EXPLAINS` of its change: their paths, or slower or failing calls in the
-trace family's evidence) is an echo of them: the deepest service whose own path changed while its callees
-held is the cause.
+follow-up seen every time so far from being taken as certain). The drop is measured over the run of the
+window's minutes where it is strongest: a fault that starts or ends inside the window would be watered down by
+the minutes it does not hold (the test's level is shared among the runs tried, Bonferroni). The key is the
+expected pair that broke, `A_B` in Nezha's labels. A service whose callees changed as much (at least `EXPLAINS`
+of its change: their paths, or slower or failing calls in the trace family's evidence) is an echo of them: the
+deepest service whose own path changed while its callees held is the cause. So is a service whose caller's
+network is slow (its requests come late, and a caller that gives up on a call ends the callee's span early). The
+first call of an operation is chosen before any callee answered: only its input can change it from outside, so
+it echoes a caller whose path changed as much, and never a callee. A change that began later than another
+explains nothing of it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 from scipy.stats import beta, binom
 
-from ..events import TEMPLATE
+from ..events import CALLS_START, TEMPLATE
 from . import Item, Window, flat, rows, traces
 from .traces import DURING, MINUTES, _params
 
@@ -36,7 +45,8 @@ EXPLAINS = 0.5  # a callee whose path changed at least this share as much explai
 @dataclass(frozen=True)
 class Change:
     """The pair of a service's that broke the most: event `a` was followed by `b` with probability `before`,
-    in the window by `b` in `during` of `n` occurrences and most often instead by `taken`."""
+    in the window's minutes `first` to `last` by `b` in `during` of `n` occurrences and most often instead by
+    `taken`."""
     service: str
     score: float
     a: str
@@ -45,6 +55,8 @@ class Change:
     before: float
     during: float
     n: int
+    first: dt.datetime
+    last: dt.datetime
 
 
 def changes(con, w: Window) -> dict[str, Change]:
@@ -53,36 +65,66 @@ def changes(con, w: Window) -> dict[str, Change]:
     # The baseline's probability of each follow-up is its median share over the baseline's minutes (where the
     # event happened at all), so that other incidents in reach do not set what is expected.
     counts = rows(con, f"""
-        with m as (select minute, {DURING} as during, service, a, b, sum(pairs) as k
-                   from event_pair_minute where {MINUTES} group by all),
-             n as (select minute, service, a, sum(k) as n from m where not during group by all),
-             share as (select service, a, b, median(coalesce(m.k, 0) / n.n) as p, sum(n.n) as n
-                       from n join (select distinct service, a, b from m) using (service, a)
-                       left join m using (minute, service, a, b) group by all),
-             now as (select service, a, b, sum(k) as k from m where during group by all)
-        select service, a, b, coalesce(now.k, 0) as during, coalesce(share.p, 0) as p, share.n as before
-        from now full join share using (service, a, b)""", window)
-    follow: dict[tuple[str, str], dict[str, tuple[int, float]]] = defaultdict(dict)
-    seen: dict[tuple[str, str], int] = {}
+        with m as (select minute, {DURING} as during, service, coalesce(operation, '') as operation, a, b,
+                          sum(pairs) as k
+                   from event_pair_minute where {MINUTES} group by all),  -- '': a shard from before operations
+             n as (select minute, service, operation, a, sum(k) as n from m where not during group by all),
+             share as (select service, operation, a, b, median(coalesce(m.k, 0) / n.n) as p, sum(n.n) as n
+                       from n join (select distinct service, operation, a, b from m) using (service, operation, a)
+                       left join m using (minute, service, operation, a, b) group by all),
+             now as (select minute, service, operation, a, b, k from m where during)
+        select service, operation, a, b, minute, coalesce(now.k, 0) as during, coalesce(share.p, 0) as p,
+               share.n as before
+        from now full join share using (service, operation, a, b)""", window)
+    follow: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
+    minutes: dict[tuple[str, str, str], dict[tuple[str, dt.datetime], int]] = defaultdict(dict)
+    seen: dict[tuple[str, str, str], int] = {}
     for r in counts:
-        follow[r["service"], r["a"]][r["b"]] = (r["during"], r["p"])
-        seen[r["service"], r["a"]] = max(seen.get((r["service"], r["a"]), 0), r["before"] or 0)
+        key = r["service"], r["operation"], r["a"]
+        follow[key][r["b"]] = r["p"]
+        if r["minute"] is not None:
+            minutes[key][r["b"], r["minute"]] = r["during"]
+        seen[key] = max(seen.get(key, 0), r["before"] or 0)
     found: dict[str, Change] = {}
-    for (service, a), nexts in sorted(follow.items()):  # ties go the same way every run
-        n = sum(d for d, _ in nexts.values())
-        if n < MIN_WINDOW or seen[service, a] < MIN_BASELINE:
+    for key, p in sorted(follow.items()):  # ties go the same way every run
+        if seen[key] < MIN_BASELINE or not minutes[key]:
             continue
-        drift = {b: d / n - p for b, (d, p) in nexts.items()}
-        expected = min(drift, key=lambda b: (drift[b], b))  # the follow-up that lost the most
-        taken = max(drift, key=lambda b: (drift[b], b))
-        k, p = nexts[expected]
-        base = (p * seen[service, a] + 1) / (seen[service, a] + 2)  # rule of succession: always so far is not always
-        if k == n or binom.cdf(k, n, base) > ALPHA:
-            continue
-        score = base - beta.ppf(CONFIDENCE, k + 1, n - k)
-        if score > (found[service].score if service in found else 0.0):
-            found[service] = Change(service, score, a, expected, taken, p, k / n, n)
+        service, _, a = key
+        change = _strongest(service, a, p, minutes[key], seen[key])
+        if change and change.score > (found[service].score if service in found else 0.0):
+            found[service] = change
     return found
+
+
+def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str, dt.datetime], int],
+               seen: int) -> Change | None:
+    """The strongest significant drop of an expected follow-up of `a` over a run of the window's minutes. A fault
+    may hold only part of a window (it starts or ends inside it), and the minutes it does not hold would water its
+    change down; every run is tested, so the test's level is shared among them (Bonferroni)."""
+    follows = sorted(p)
+    times = sorted({m for _, m in counts})
+    k = np.array([[counts.get((b, m), 0) for m in times] for b in follows])
+    total = np.concatenate([np.zeros((len(follows), 1)), k.cumsum(axis=1)], axis=1)
+    first, last = np.triu_indices(len(times))
+    k = total[:, last + 1] - total[:, first]  # follow-ups x runs
+    n = k.sum(axis=0)
+    runs = n >= MIN_WINDOW
+    if not runs.any():
+        return None
+    k, n, first, last = k[:, runs], n[runs], first[runs], last[runs]
+    drift = k / n - np.array([p[b] for b in follows])[:, None]
+    expected = drift.argmin(axis=0)  # the follow-up that lost the most; ties to the first name
+    taken = len(follows) - 1 - drift[::-1].argmax(axis=0)  # the one that gained the most; ties to the last name
+    kept = k[expected, np.arange(len(n))]
+    rate = np.array([p[follows[e]] for e in expected])
+    base = (rate * seen + 1) / (seen + 2)  # rule of succession: always so far is not always
+    score = np.where((kept < n) & (binom.cdf(kept, n, base) <= ALPHA / len(n)),
+                     base - beta.ppf(CONFIDENCE, kept + 1, n - kept), 0.0)
+    best = int(score.argmax())
+    if score[best] <= 0:
+        return None
+    return Change(service, float(score[best]), a, follows[expected[best]], follows[taken[best]], float(rate[best]),
+                  float(kept[best] / n[best]), int(n[best]), times[first[best]], times[last[best]])
 
 
 def collect(con, w: Window) -> list[Item]:
@@ -104,15 +146,34 @@ def collect(con, w: Window) -> list[Item]:
         for it in trouble:
             if it.share == 1.0 or it.peer == c.service or it.peer in under:
                 troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
-        below = {d for d in under
-                 if max(troubled.get(d, 0.0), changed[d].score if d in changed else 0.0) >= EXPLAINS * c.score}
+        # The first call of an operation is chosen before any callee answered, from what the operation was asked:
+        # no callee explains it, and a caller whose own path changed may (it asks otherwise).
+        # A change explains another only from its onset on: the one that began later is no cause.
+        earlier = {d: o.score for d, o in changed.items() if o.first <= c.first}
+        first = c.a.endswith(CALLS_START)
+        below = set() if first else {
+            d for d in under if max(troubled.get(d, 0.0), earlier.get(d, 0.0)) >= EXPLAINS * c.score}
+        asked = {d for d in (calls.predecessors(c.service) if first and c.service in calls else ())
+                 if earlier.get(d, 0.0) >= EXPLAINS * c.score}
+        # A caller whose network is slow sends its calls late and hangs up on them: the callee's spans end early.
+        late = {it.component for it in trouble
+                if it.signal == "link" and c.service in calls and calls.has_edge(it.component, c.service)
+                and (it.share == 1.0 or it.peer == c.service) and it.blame >= EXPLAINS * c.score}
         a, b, taken = (names.get(e, e) for e in (c.a, c.b, c.taken))
         text = (f"events of {c.service}: '{flat(a, 60)}' was followed by '{flat(b, 60)}' in {c.before:.0%} of "
-                f"spans, now {c.during:.0%} of {c.n} (now by '{flat(taken, 60)}')")
+                f"spans, now {c.during:.0%} of {c.n} in {_minutes(c)} (now by '{flat(taken, 60)}')")
         if below:
             text += f"; its callees {', '.join(sorted(below))} changed too (slower, failing or on other paths)"
-        items.append(Item(c.service, "event", c.score, f"{a}_{b}", text, "path", echo=bool(below)))
+        if late:
+            text += f"; calls from {', '.join(sorted(late))} came over a slow link"
+        if asked:
+            text += f"; its callers {', '.join(sorted(asked))} changed their paths too (it was asked otherwise)"
+        items.append(Item(c.service, "event", c.score, f"{a}_{b}", text, "path", echo=bool(below or late or asked)))
     return items
+
+
+def _minutes(c: Change) -> str:
+    return f"{c.first:%H:%M}" + (f"-{c.last:%H:%M}" if c.last > c.first else "")
 
 
 def _names(con, events: set[str]) -> dict[str, str]:
