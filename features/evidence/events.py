@@ -146,10 +146,10 @@ def collect(con, w: Window) -> list[Item]:
         for it in trouble:
             if it.share == 1.0 or it.peer == c.service or it.peer in under:
                 troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
-        # The first call of an operation is chosen before any callee answered, from what the operation was asked:
-        # no callee explains it, and a caller whose own path changed may (it asks otherwise).
         # A change explains another only from its onset on: the one that began later is no cause.
         earlier = {d: o.score for d, o in changed.items() if o.first <= c.first}
+        # The first call of an operation is chosen before any callee answered, from what the operation was asked:
+        # no callee explains it, and a caller whose own path changed may (it asks otherwise).
         first = c.a.endswith(CALLS_START)
         below = set() if first else {
             d for d in under if max(troubled.get(d, 0.0), earlier.get(d, 0.0)) >= EXPLAINS * c.score}
