@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 
 import networkx as nx
 import numpy as np
@@ -101,11 +102,13 @@ def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str
     """The strongest significant drop of an expected follow-up of `a` over a run of the window's minutes. A fault
     may hold only part of a window (it starts or ends inside it), and the minutes it does not hold would water its
     change down; every run is tested, so the test's level is shared among them (Bonferroni)."""
+    if sum(counts.values()) < MIN_WINDOW:
+        return None
     follows = sorted(p)
     times = sorted({m for _, m in counts})
     k = np.array([[counts.get((b, m), 0) for m in times] for b in follows])
     total = np.concatenate([np.zeros((len(follows), 1)), k.cumsum(axis=1)], axis=1)
-    first, last = np.triu_indices(len(times))
+    first, last = _runs(len(times))
     k = total[:, last + 1] - total[:, first]  # follow-ups x runs
     n = k.sum(axis=0)
     runs = n >= MIN_WINDOW
@@ -118,13 +121,21 @@ def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str
     kept = k[expected, np.arange(len(n))]
     rate = np.array([p[follows[e]] for e in expected])
     base = (rate * seen + 1) / (seen + 2)  # rule of succession: always so far is not always
-    score = np.where((kept < n) & (binom.cdf(kept, n, base) <= ALPHA / len(n)),
-                     base - beta.ppf(CONFIDENCE, kept + 1, n - kept), 0.0)
-    best = int(score.argmax())
-    if score[best] <= 0:
+    significant = np.flatnonzero((kept < n) & (binom.cdf(kept, n, base) <= ALPHA / len(n)))
+    if not len(significant):
         return None
-    return Change(service, float(score[best]), a, follows[expected[best]], follows[taken[best]], float(rate[best]),
+    score = base[significant] - beta.ppf(CONFIDENCE, kept[significant] + 1, n[significant] - kept[significant])
+    best = significant[score.argmax()]
+    if score.max() <= 0:
+        return None
+    return Change(service, float(score.max()), a, follows[expected[best]], follows[taken[best]], float(rate[best]),
                   float(kept[best] / n[best]), int(n[best]), times[first[best]], times[last[best]])
+
+
+@cache
+def _runs(minutes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last minute of every run of `minutes` minutes."""
+    return np.triu_indices(minutes)
 
 
 def collect(con, w: Window) -> list[Item]:
