@@ -16,8 +16,8 @@ of its change: their paths, or slower or failing calls in the trace family's evi
 deepest service whose own path changed while its callees held is the cause. So is a service whose caller's
 network is slow (its requests come late, and a caller that gives up on a call ends the callee's span early). The
 first call of an operation is chosen before any callee answered: only its input can change it from outside, so
-it echoes a caller whose path changed as much, and never a callee. A change that began later than another
-explains nothing of it.
+it echoes a caller whose path changed as much, and never a callee. A change explains another only while it
+holds: one that began later, or had ended before the other began, is no cause.
 """
 
 from __future__ import annotations
@@ -157,15 +157,15 @@ def collect(con, w: Window) -> list[Item]:
         for it in trouble:
             if it.share == 1.0 or it.peer == c.service or it.peer in under:
                 troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
-        # A change explains another only from its onset on: the one that began later is no cause.
-        earlier = {d: o.score for d, o in changed.items() if o.first <= c.first}
+        # A change explains another only while it holds: one that began later, or had ended before, is no cause.
+        holding = {d: o.score for d, o in changed.items() if o.first <= c.first <= o.last}
         # The first call of an operation is chosen before any callee answered, from what the operation was asked:
         # no callee explains it, and a caller whose own path changed may (it asks otherwise).
         first = c.a.endswith(CALLS_START)
         below = set() if first else {
-            d for d in under if max(troubled.get(d, 0.0), earlier.get(d, 0.0)) >= EXPLAINS * c.score}
+            d for d in under if max(troubled.get(d, 0.0), holding.get(d, 0.0)) >= EXPLAINS * c.score}
         asked = {d for d in (calls.predecessors(c.service) if first and c.service in calls else ())
-                 if earlier.get(d, 0.0) >= EXPLAINS * c.score}
+                 if holding.get(d, 0.0) >= EXPLAINS * c.score}
         # A caller whose network is slow sends its calls late and hangs up on them: the callee's spans end early.
         late = {it.component for it in trouble
                 if it.signal == "link" and c.service in calls and calls.has_edge(it.component, c.service)
