@@ -23,7 +23,7 @@ import math
 import duckdb
 
 TEMPLATE = "template:"  # the prefix of an event that is a template id, not a code position
-CALLS_START = " calls start"  # the suffix of the event that begins an operation's calls track
+CALLS_START, CALLS_END = " calls start", " calls end"  # the suffixes of the events that begin and end a calls track
 CHUNK = dt.timedelta(hours=1)  # the calls track is counted an hour of spans at a time
 SLACK = dt.timedelta(minutes=5)  # a span's log lines and calls may start a little before or after its minute
 
@@ -88,7 +88,8 @@ def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetim
                       anti join calls using (trace_id, span_id) group by all)
         select minute, o.service, o.operation,
                if(a = 0, o.operation || $calls_start, 'call ' || x.service || ' ' || x.operation) as a,
-               if(b = 0, o.operation || ' calls end', 'call ' || y.service || ' ' || y.operation) as b, sum(pairs)
+               if(b = 0, o.operation || $calls_end, 'call ' || y.service || ' ' || y.operation) as b, sum(pairs)
         from (select * from pairs union all select * from bare) join ops o using (op)
         left join ops x on x.op = a left join ops y on y.op = b group by all""",
-                {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi, "calls_start": CALLS_START})
+                {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi, "calls_start": CALLS_START,
+                 "calls_end": CALLS_END})

@@ -14,10 +14,10 @@ the minutes it does not hold (the test's level is shared among the runs tried, B
 expected pair that broke, `A_B` in Nezha's labels. A service whose callees changed as much (at least `EXPLAINS`
 of its change: their paths, or slower or failing calls in the trace family's evidence) is an echo of them: the
 deepest service whose own path changed while its callees held is the cause. So is a service whose caller's
-network is slow (its requests come late, and a caller that gives up on a call ends the callee's span early). The
-first call of an operation is chosen before any callee answered: only its input can change it from outside, so
-it echoes a caller whose path changed as much, and never a callee. A change explains another only while it
-holds: one that began later, or had ended before the other began, is no cause.
+network is slow (its requests come late, and a caller that gives up on a call ends the callee's span early). An
+operation that makes another first call than before chose it before any callee answered: only its input can
+change that from outside, so it echoes a caller whose path changed as much, never a callee, and explains no
+caller. A change explains another only while it holds: one that began later, or had ended before, is no cause.
 """
 
 from __future__ import annotations
@@ -31,12 +31,13 @@ import networkx as nx
 import numpy as np
 from scipy.stats import beta, binom
 
-from ..events import CALLS_START, TEMPLATE
-from . import Item, Window, flat, rows, traces
+from ..events import CALLS_END, CALLS_START, TEMPLATE
+from . import MINUTE, Item, Window, flat, rows, traces
 from .traces import DURING, MINUTES, _params
 
 MIN_WINDOW = 5  # occurrences of an event in the window before its follow-ups say anything
 MIN_BASELINE = 5  # and in the baseline (Nezha's support threshold)
+MIN_RUN = 2  # minutes of a run shorter than the window: one minute alone may be that minute's (a restart, retries)
 CONFIDENCE = 0.95  # the score is the drop of the expected pair at this confidence (few occurrences, less sure)
 ALPHA = 1e-3  # the drop of the expected pair is this unlikely under the baseline's probability
 TROUBLE = {"link", "errors", "self time", "error origin"}  # trace signals of a callee that explain a caller
@@ -99,9 +100,10 @@ def changes(con, w: Window) -> dict[str, Change]:
 
 def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str, dt.datetime], int],
                seen: int) -> Change | None:
-    """The strongest significant drop of an expected follow-up of `a` over a run of the window's minutes. A fault
-    may hold only part of a window (it starts or ends inside it), and the minutes it does not hold would water its
-    change down; every run is tested, so the test's level is shared among them (Bonferroni)."""
+    """The strongest significant drop of an expected follow-up of `a` over the window's minutes or a run of
+    `MIN_RUN` or more of them. A fault may hold only part of a window (it starts or ends inside it), and the minutes
+    it does not hold would water its change down; every run is tested, so the test's level is shared among them
+    (Bonferroni)."""
     if sum(counts.values()) < MIN_WINDOW:
         return None
     follows = sorted(p)
@@ -109,9 +111,11 @@ def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str
     k = np.array([[counts.get((b, m), 0) for m in times] for b in follows])
     total = np.concatenate([np.zeros((len(follows), 1)), k.cumsum(axis=1)], axis=1)
     first, last = _runs(len(times))
+    at = np.array([(m - times[0]) // MINUTE for m in times])
     k = total[:, last + 1] - total[:, first]  # follow-ups x runs
     n = k.sum(axis=0)
-    runs = n >= MIN_WINDOW
+    whole = (first == 0) & (last == len(times) - 1)
+    runs = (n >= MIN_WINDOW) & ((at[last] - at[first] + 1 >= MIN_RUN) | whole)
     if not runs.any():
         return None
     k, n, first, last = k[:, runs], n[runs], first[runs], last[runs]
@@ -159,12 +163,14 @@ def collect(con, w: Window) -> list[Item]:
                 troubled[it.component] = max(it.blame, troubled.get(it.component, 0.0))
         # A change explains another only while it holds: one that began later, or had ended before, is no cause.
         holding = {d: o.score for d, o in changed.items() if o.first <= c.first <= o.last}
-        # The first call of an operation is chosen before any callee answered, from what the operation was asked:
-        # no callee explains it, and a caller whose own path changed may (it asks otherwise).
-        first = c.a.endswith(CALLS_START)
-        below = set() if first else {
-            d for d in under if max(troubled.get(d, 0.0), holding.get(d, 0.0)) >= EXPLAINS * c.score}
-        asked = {d for d in (calls.predecessors(c.service) if first and c.service in calls else ())
+        # An operation that makes another first call than before chose it before any callee answered, from what it
+        # was asked: no callee explains it, and a caller whose own path changed may (it asks otherwise). Nor does
+        # such a choice explain its caller. (A first call that vanished may be a callee that is gone.)
+        below = set() if chose(c) else {
+            d for d in under
+            if max(troubled.get(d, 0.0), 0.0 if d in changed and chose(changed[d]) else holding.get(d, 0.0))
+            >= EXPLAINS * c.score}
+        asked = {d for d in (calls.predecessors(c.service) if chose(c) and c.service in calls else ())
                  if holding.get(d, 0.0) >= EXPLAINS * c.score}
         # A caller whose network is slow sends its calls late and hangs up on them: the callee's spans end early.
         late = {it.component for it in trouble
@@ -181,6 +187,11 @@ def collect(con, w: Window) -> list[Item]:
             text += f"; its callers {', '.join(sorted(asked))} changed their paths too (it was asked otherwise)"
         items.append(Item(c.service, "event", c.score, f"{a}_{b}", text, "path", echo=bool(below or late or asked)))
     return items
+
+
+def chose(c: Change) -> bool:
+    """Whether the change is an operation's first call, made to another callee than before."""
+    return c.a.endswith(CALLS_START) and not c.taken.endswith(CALLS_END)
 
 
 def _minutes(c: Change) -> str:
