@@ -166,10 +166,9 @@ def collect(con, w: Window) -> list[Item]:
         # An operation that makes another first call than before chose it before any callee answered, from what it
         # was asked: no callee explains it, and a caller whose own path changed may (it asks otherwise). Nor does
         # such a choice explain its caller. (A first call that vanished may be a callee that is gone.)
+        causes = {d: score for d, score in holding.items() if not chose(changed[d])}
         below = set() if chose(c) else {
-            d for d in under
-            if max(troubled.get(d, 0.0), 0.0 if d in changed and chose(changed[d]) else holding.get(d, 0.0))
-            >= EXPLAINS * c.score}
+            d for d in under if max(troubled.get(d, 0.0), causes.get(d, 0.0)) >= EXPLAINS * c.score}
         asked = {d for d in (calls.predecessors(c.service) if chose(c) and c.service in calls else ())
                  if holding.get(d, 0.0) >= EXPLAINS * c.score}
         # A caller whose network is slow sends its calls late and hangs up on them: the callee's spans end early.
