@@ -1,7 +1,8 @@
 """Events in their traces: each span is a path of events (its start, the log lines written in it, its end),
 and `event_pair_minute` counts, per service, operation and minute, how often event `a` is followed by event `b`
-in the same span: a path is an operation's, and a callee asked for other operations keeps its paths. A log line's event is its code position (`logger#line`, verbatim) where it has one, else its
-Drain3 template (`template:ID`). Only spans that log (a dump whose log lines carry their trace and span ids)
+in the same span: a path is an operation's, and a callee asked for other operations keeps its paths. A log
+line's event is its code position (`logger#line`, verbatim) where it has one, else its Drain3 template
+(`template:ID`). Only spans that log (a dump whose log lines carry their trace and span ids)
 have paths of more than start and end; those are the spans counted here, with the spans of the same operations
 that logged nothing (their path ran from start to end: an exception thrown before the first line leaves such a
 span, and a path that vanished is a follow-up that changed).

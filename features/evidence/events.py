@@ -8,9 +8,10 @@ keeps its paths.
 The change is the drop of the expected follow-up's probability, taken at its 95 % lower bound (Clopper-Pearson:
 five occurrences prove less than fifty), counted only where the window has enough occurrences and the drop
 is significant under the baseline's probability (a binomial test; Laplace's rule of succession keeps a
-follow-up seen every time so far from being taken as certain). The drop is measured over the run of the
-window's minutes where it is strongest: a fault that starts or ends inside the window would be watered down by
-the minutes it does not hold (the test's level is shared among the runs tried, Bonferroni). The key is the
+follow-up seen every time so far from being taken as certain). The drop is measured over the whole window or
+the run of `MIN_RUN` or more of its minutes where it is strongest: a fault that starts or ends inside the window
+would be watered down by the minutes it does not hold (the test's level is shared among the runs tried,
+Bonferroni). The key is the
 expected pair that broke, `A_B` in Nezha's labels. A service whose callees changed as much (at least `EXPLAINS`
 of its change: their paths, or slower or failing calls in the trace family's evidence) is an echo of them: the
 deepest service whose own path changed while its callees held is the cause. So is a service whose caller's
@@ -129,10 +130,11 @@ def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str
     if not len(significant):
         return None
     score = base[significant] - beta.ppf(CONFIDENCE, kept[significant] + 1, n[significant] - kept[significant])
-    best = significant[score.argmax()]
-    if score.max() <= 0:
+    top = score.argmax()
+    if score[top] <= 0:
         return None
-    return Change(service, float(score.max()), a, follows[expected[best]], follows[taken[best]], float(rate[best]),
+    best = significant[top]
+    return Change(service, float(score[top]), a, follows[expected[best]], follows[taken[best]], float(rate[best]),
                   float(kept[best] / n[best]), int(n[best]), times[first[best]], times[last[best]])
 
 
