@@ -231,6 +231,7 @@ def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[st
         if lo is not None:
             con.execute("insert or ignore into dirty_days select unnest(range(?::date, ?::date + 1, interval 1 day))",
                         [lo - store.REACH, hi + store.REACH])
+    store.publish(con)
     con.execute("commit")
     if old:
         (store.shard_dir(db) / old[1]).unlink(missing_ok=True)

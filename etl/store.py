@@ -4,9 +4,10 @@ migrations, and the ETL lock.
 The ETL writes each day of a dump into a shard of its own (`load-*` files: the canonical tables), the
 feature refresh each UTC day into another (`features-*`); both are DuckDB files of this same schema in a
 folder beside the catalog (`STORE.shards`). The catalog keeps the manifest, the log templates and the list
-of shards (`shards`); a connection to it attaches every shard read-only and names each table as the union
-of the shards' in a temporary view, which its own (empty) table of that name gives way to. Readers see one
-store; a store built by hand, row by row (the tests' tiny stores), has no shards and is read as it is."""
+of shards (`shards`). Its own tables of the shards' kinds are views over the shards' (`publish`), so any
+DuckDB client that opens the catalog reads every row; rcalab's connections attach the shards read-only and
+read them through temporary views of their own (`shard_views`). A store built by hand, row by row (the
+tests' tiny stores), has no shards and is read as it is."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import fcntl
 import os
 import re
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -96,7 +98,23 @@ MIGRATIONS = [
     insert or ignore into dirty_days select distinct ts::date from spans;
     insert or ignore into dirty_days select lo::date from shards where kind = 'features';
     """),
+    # Any DuckDB client (its CLI, Python, DBeaver; pandas and polars through it) that opens the catalog reads the
+    # shards through views (`publish`) that read them with DuckDB's `read_duckdb`, by paths relative to the store.
+    # DuckDB tells a view where its database file is only through its default temp_directory ('<file>.tmp');
+    # where that is not this store's (the store attached to another database, a temp_directory of the client's
+    # own), the view says how to open the store instead of reading another folder.
+    ("the shards' tables as views any DuckDB client reads", """
+    create macro shard_path(file) as
+        case when split_part(parse_filename(regexp_replace(current_setting('temp_directory'), '\\.tmp$', '')), '.', 1)
+                  = current_database()
+             then regexp_replace(current_setting('temp_directory'), '\\.tmp$', '.shards/') || file
+             else error('this store keeps its rows in day shards beside its file (STORE.shards), which its views find '
+                        'through DuckDB''s default temp_directory: open the store file itself (not attached to another '
+                        'database, no temp_directory set), or run: rcalab sql --db STORE QUERY') end;
+    """),
 ]
+# A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
+# tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
 LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement")  # in `load-*` shards
 FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
             "span_self_minute", "event_pair_minute")  # in `features-*` shards
@@ -277,35 +295,99 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 def shard_views(con: duckdb.DuckDBPyConnection, loads: list[str], features: list[str]) -> None:
     """Temporary views that name each table as the union of the attached shards' (`loads` hold the canonical
-    tables, `features` the feature tables); a table no shard holds keeps its own. A log line's template is its
-    masked text's (`log_masked`), which the catalog mines once the day's shard is loaded."""
+    tables, `features` the feature tables); a table no shard holds keeps its own."""
     for tables, aliases in ((LOADED, loads), (FEATURES, features)):
         for table in tables:
             con.execute(f"drop view if exists temp.{table}")
-            if not aliases:
-                continue
-            if table == "log_lines":
-                parts = [f"select l.* replace (m.template_id as template_id) from {a}.log_lines l "
-                         "left join log_masked m on m.masked = l.masked" for a in aliases]
-            else:
-                parts = [f"select * from {a}.{table}" for a in aliases]
-            union = " union all by name ".join(parts)  # a shard built before a column was added reads it null
-            if table == "placement":
-                union = (f"select pod, service, node, min(first_seen) as first_seen, max(last_seen) as last_seen "
-                         f"from ({union}) group by all")
-            con.execute(f"create temp view {table} as {union}")
+            if aliases:
+                # a shard built before a column was added reads it null
+                union = " union all by name ".join(f"select * from {a}.{table}" for a in aliases)
+                con.execute(f"create temp view {table} as {as_read(table, union)}")
+
+
+def as_read(table: str, rows: str) -> str:
+    """A shard table as readers see it, from `rows`, its rows in the shards: a log line's template is its masked
+    text's (`log_masked`, which the catalog mines once the day's shard is loaded); a pod's placement spans every
+    shard's."""
+    if table == "log_lines":
+        return (f"select l.* replace (m.template_id as template_id) from ({rows}) l "
+                "left join log_masked m on m.masked = l.masked")
+    if table == "placement":
+        return (f"select pod, service, node, min(first_seen) as first_seen, max(last_seen) as last_seen "
+                f"from ({rows}) group by all")
+    return rows
+
+
+def publish(con: duckdb.DuckDBPyConnection) -> None:
+    """The catalog's tables of the shards' kinds as views over the shards its `shards` table lists, read by any
+    DuckDB client (`shard_path`); a kind no shard holds keeps (or gets back) a table of its own. Called in the
+    transaction that changes the list."""
+    views, own = _views_of(con), _own(con)
+    files: dict[str, list[str]] = {"load": [], "features": []}
+    for kind, file in con.execute("select kind, file from shards order by kind, key").fetchall():
+        files[kind].append(file)
+    for tables, listed in ((LOADED, files["load"]), (FEATURES, files["features"])):
+        for table in tables:
+            if listed:
+                paths = ", ".join(f"shard_path({_literal(f)})" for f in listed)
+                rows = f"select * from read_duckdb([{paths}], table_name := '{table}', union_by_name := true)"
+                if table not in views:
+                    con.execute(f"drop table {own}.{table}")
+                con.execute(f"create or replace view {own}.{table} as {as_read(table, rows)}")
+            elif table in views:
+                _table_back(con, table, len(MIGRATIONS))
+
+
+def _views_of(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {name for name, in con.execute("select view_name from duckdb_views() where database_name = "
+                                          "current_database() and schema_name = 'main' and not internal").fetchall()}
+
+
+def _own(con: duckdb.DuckDBPyConnection) -> str:
+    """The catalog's own schema, named whole: a connection's temporary views of the same names come first
+    otherwise (`temp.main`)."""
+    name = con.execute("select current_database()").fetchall()[0][0]
+    return '"' + name.replace('"', '""') + '".main'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@cache
+def _columns_at(step: int) -> dict[str, str]:
+    """The columns of each table of the shards' kinds as the schema stood after `step` migrations."""
+    con = duckdb.connect()
+    for _, sql in MIGRATIONS[:step]:
+        con.execute(sql)
+    return dict(con.execute("""select table_name, string_agg(format('"{}" {}', column_name, data_type), ', '
+                                                          order by column_index)
+                               from duckdb_columns() group by all""").fetchall())
+
+
+def _table_back(con: duckdb.DuckDBPyConnection, table: str, step: int) -> None:
+    """A view over the shards back to the catalog's own (empty) table of the schema after `step` migrations."""
+    own = _own(con)
+    con.execute(f"drop view {own}.{table}")
+    con.execute(f"create table {own}.{table} ({_columns_at(step)[table]})")
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Apply the pending migrations in order, all in one transaction; a catalog's views over its shards are tables
+    of the schema as it stood while the steps run, and views again after."""
     con.execute("create table if not exists schema_version (step integer primary key, name text)")
     done = {row[0] for row in con.execute("select step from schema_version").fetchall()}
-    for step, (name, sql) in enumerate(MIGRATIONS, 1):
-        if step in done:
-            continue
-        con.execute("begin")
+    pending = [(step, name, sql) for step, (name, sql) in enumerate(MIGRATIONS, 1) if step not in done]
+    if not pending:
+        return
+    con.execute("begin")
+    for table in _views_of(con) & set(LOADED + FEATURES):
+        _table_back(con, table, pending[0][0] - 1)
+    for step, name, sql in pending:
         con.execute(sql)
         con.execute("insert into schema_version values (?, ?)", [step, name])
-        con.execute("commit")
+    publish(con)
+    con.execute("commit")
 
 
 @contextmanager

@@ -102,6 +102,7 @@ def _switch(con, db: Path, day: dt.date, out: str | None, old: int | None) -> No
         con.execute("insert into shards values (?, 'features', ?, ?, ?, ?, null)",
                     [int(Path(out).suffixes[-2][1:]), str(day), name, day, day + dt.timedelta(days=1)])
     con.execute("delete from dirty_days where day = ?", [day])
+    store.publish(con)
     con.execute("commit")
     if old is not None:
         (store.shard_dir(db) / file).unlink(missing_ok=True)

@@ -459,6 +459,47 @@ def schema(db):
         echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")
 
 
+@cli.command()
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@click.argument("query")
+@click.option("--csv", "as_csv", is_flag=True, help="Write the rows as CSV, with a header.")
+@reports_errors
+def sql(db, query, as_csv):
+    """Run a query on a store, read-only, and print its rows.
+
+    Any DuckDB client that opens the store file itself reads the same tables (views over the day shards beside
+    it); this opens it where such a client cannot (the store attached to another database, a temp_directory of
+    the client's own).
+
+    Example: rcalab sql --db store.duckdb "select service, count(*) from spans group by all"
+    """
+    import csv
+    import sys
+
+    import duckdb
+
+    from etl.store import connect
+
+    con = connect(db, read_only=True)
+    try:
+        cur = con.execute(query)
+    except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
+            duckdb.InvalidInputException, duckdb.PermissionException) as e:
+        raise RcalabError(f"the query failed: {str(e).splitlines()[0]}") from None
+    names = [d[0] for d in cur.description or []]
+    rows = cur.fetchall()
+    if as_csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerows([names] + [[shown(v) if isinstance(v, str) else v for v in row] for row in rows])
+        return
+    table = Table()
+    for name in names:
+        table.add_column(cell(name))
+    for row in rows:
+        table.add_row(*(cell("" if v is None else v) for v in row))
+    show(table)
+
+
 @cli.group()
 def llm():
     """The language model: the embedded one, or any OpenAI-compatible endpoint.

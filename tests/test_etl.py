@@ -152,6 +152,48 @@ def test_interrupted_load_leaves_no_half_written_day(dump_copy, tmp_path, monkey
     assert {p.name for p in Path(f"{db}.shards").iterdir()} == listed  # the interrupted day's file is gone
 
 
+def test_plain_duckdb_reads_every_row_of_a_moved_store_from_anywhere(loaded, tmp_path, monkeypatch):
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    db = copy_store(loaded[0], moved / "s.duckdb")  # the file and its folder, taken elsewhere
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    plain = duckdb.connect(str(db), read_only=True)  # as a stranger opens it: no rcalab
+    for table in store.LOADED + store.FEATURES:
+        (n,), = plain.execute(f"select count(*) from {table}").fetchall()
+        assert (n,) == tuple(q(db, f"select count(*) from {table}")[0]), table
+    (spans,), = plain.execute("select count(*) from spans").fetchall()
+    (templated,), = plain.execute("select count(template_id) from log_lines").fetchall()
+    assert spans > 0 and templated > 0
+    plain.close()
+    other = duckdb.connect()  # attached to another database, the store's views cannot find its folder: they say so
+    other.execute(f"attach '{db}' as s (read_only)")
+    with pytest.raises(duckdb.InvalidInputException, match=r"open the store file itself .* rcalab sql --db STORE"):
+        other.execute("select count(*) from s.spans").fetchall()
+
+
+def test_a_migration_alters_the_tables_a_catalog_shows_as_views(loaded, tmp_path, monkeypatch):
+    db = copy_store(loaded[0], tmp_path / "s.duckdb")
+    monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS + [("a later column", "alter table spans add column x int")])
+    store.connect(db).close()  # as the next `rcalab etl` opens it
+    spans = q(db, "select count(*) from spans")
+    plain = duckdb.connect(str(db), read_only=True)
+    assert plain.execute("select count(*) from spans").fetchall() == spans != [(0,)]  # a view over the shards again
+    assert plain.execute("select table_type from information_schema.tables where table_name = 'spans'").fetchall() \
+        == [("VIEW",)]
+
+
+def test_sql_runs_a_query_on_a_store(loaded):
+    result = CliRunner().invoke(cli, ["sql", "--db", str(loaded[0]), "--csv",
+                                      "select count(*) as spans from spans where service = 'frontend'"])
+    assert result.exit_code == 0, result.output
+    header, value = result.output.splitlines()
+    assert header == "spans" and int(value) == q(loaded[0], "select count(*) from spans where service = 'frontend'")[0][0]
+    wrong = CliRunner().invoke(cli, ["sql", "--db", str(loaded[0]), "select nothing from nowhere"])
+    assert wrong.exit_code == 1 and wrong.output.startswith("Error: the query failed: Catalog Error: Table with name")
+
+
 def test_second_etl_on_the_same_store_refuses(replay, tmp_path):
     db = tmp_path / "s.duckdb"
     with store.exclusive(db):

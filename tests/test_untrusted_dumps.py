@@ -70,9 +70,10 @@ def test_names_a_terminal_would_obey_are_shown_escaped_by_every_command(replay_s
     copy_store(replay_store[0], db)
     for part in (db, *Path(f"{db}.shards").iterdir()):  # the catalog and its shards
         con = duckdb.connect(str(part))
-        for table, column in con.execute("select table_name, column_name from information_schema.columns "
-                                         "where data_type = 'VARCHAR' and table_name not in ('manifest', 'shards')"
-                                         ).fetchall():
+        for table, column in con.execute("select table_name, column_name from information_schema.columns join "
+                                         "information_schema.tables using (table_schema, table_name) where "
+                                         "table_type = 'BASE TABLE' and data_type = 'VARCHAR' and table_name not in "
+                                         "('manifest', 'shards')").fetchall():
             con.execute(f'update "{table}" set "{column}" = replace("{column}", ?, ?)',
                         ["cartservice", f"cart{OBEYED}service"])
         con.close()
