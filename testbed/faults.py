@@ -111,7 +111,7 @@ class Fault:
         if self.targets == "node":
             return [Target("node", tuple(topo.pods_on(n)), node=n) for n in WORKERS]
         if self.targets == "edge":
-            return [Target("service", edge=(c, d)) for c, ds in CALLS.items() for d in ds
+            return [Target("service", edge=(c, d)) for c, ds in sorted(CALLS.items()) for d in sorted(ds)
                     if c in SERVICES and (d in SERVICES or d == "redis-cart")]
         if self.targets == "tikv":
             return [Target("service", ("tidb-tikv-0",))]
@@ -206,7 +206,7 @@ def _client_logs(day: Day, callees, sl: slice, kinds, per_minute: float = 1.0, c
 
 def _callers(service: str) -> list[str]:
     """The services that call `service`, in the topology's order (so that a seed gives the same dump)."""
-    return [caller for caller, callees in CALLS.items() if service in callees]
+    return sorted(caller for caller, callees in CALLS.items() if service in callees)
 
 
 def _cold_start(day: Day, pods, minute: int) -> None:

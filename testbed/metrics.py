@@ -23,9 +23,10 @@ def _times(day: Day) -> pa.Array:
 
 def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random.Generator) -> dict[str, pa.Table]:
     """One APM table per pod and per service (name -> table), services last; `expected` is the day's
-    `expected_latency`."""
+    `expected_latency`. A minute's rrt_max is its slowest requests': a few times its mean, or its slowest
+    operation's time with its tail, whichever is longer."""
     topo = day.topo
-    pod_ms, pod_err = expected
+    pod_ms, pod_err, slowest = expected
     per_request = requests_per_frontend_request()
     times = _times(day)
     traced = SERVICES + ("redis-cart",)
@@ -56,7 +57,8 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
                 "rrt": np.where(request > 0, pod_ms[:, i] * 1000 * rng.lognormal(0, 0.05, MINUTES), 0.0),
             }
             row["error"] = row["server_error"] + row["client_error"]
-            row["rrt_max"] = row["rrt"] * rng.uniform(3, 6, MINUTES)
+            row["rrt_max"] = np.where(request > 0, np.maximum(row["rrt"] * rng.uniform(3, 6, MINUTES),
+                                                              slowest[:, i] * 1000 * rng.uniform(1.2, 1.6, MINUTES)), 0.0)
             by_service[service].append(row)
             out[pod] = _apm_table(times, pod, "pod", row)
     for service, rows in by_service.items():

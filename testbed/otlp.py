@@ -93,9 +93,9 @@ def write_otlp(dump: Path, out: Path) -> int:
             folder = Path(*(part.removesuffix("-parquet") for part in relative.parent.parts))
             target = out / folder / (relative.stem + ".json.gz")
             target.parent.mkdir(parents=True, exist_ok=True)
-            with gzip.open(target, "wt", encoding="utf-8") as f:
+            with gzip.GzipFile(target, "wb", mtime=0) as f:  # no time in the header: same seed, same bytes
                 for request in _requests(file.kind, rows):
-                    f.write(json.dumps({FIELDS[file.kind]: [request]}) + "\n")
+                    f.write((json.dumps({FIELDS[file.kind]: [request]}) + "\n").encode())
             written += 1
     finally:
         con.close()

@@ -166,25 +166,6 @@ TIDB_KPIS = {
         "top_sql_cpu": (0.05, 0.2, 0.8),
         "server_is_up": (1.0, 0.0, 0.0),
     },
-    "tikv": {
-        "store_size": (2.1e9, 0.0, 0.0),
-        "available_size": (8.7e10, 0.0, 0.0),
-        "capacity_size": (1.0e11, 0.0, 0.0),
-        "cpu_usage": (0.3, 0.1, 0.8),
-        "memory_usage": (1.4e9, 0.02, 0.1),
-        "io_util": (0.04, 0.2, 0.5),
-        "write_wal_mbps": (0.4, 0.2, 0.6),
-        "read_mbps": (0.8, 0.2, 0.8),
-        "qps": (150.0, 0.08, 1.0),
-        "grpc_qps": (160.0, 0.08, 1.0),
-        "threadpool_readpool_cpu": (0.05, 0.15, 0.8),
-        "raft_propose_wait": (0.0008, 0.15, 0.3),
-        "raft_apply_wait": (0.0006, 0.15, 0.3),
-        "region_pending": (0.0, 0.0, 0.0),
-        "rocksdb_write_stall": (0.0, 0.0, 0.0),
-        "snapshot_apply_count": (0.0, 0.0, 0.0),
-        "server_is_up": (1.0, 0.0, 0.0),
-    },
     "pd": {
         "storage_capacity": (1.0e11, 0.0, 0.0),
         "storage_size": (2.1e9, 0.0, 0.0),
@@ -203,6 +184,25 @@ TIDB_KPIS = {
         "witness_count": (0.0, 0.0, 0.0),
         "cpu_usage": (0.04, 0.15, 0.5),
         "memory_usage": (1.8e8, 0.02, 0.0),
+    },
+    "tikv": {
+        "store_size": (2.1e9, 0.0, 0.0),
+        "available_size": (8.7e10, 0.0, 0.0),
+        "capacity_size": (1.0e11, 0.0, 0.0),
+        "cpu_usage": (0.3, 0.1, 0.8),
+        "memory_usage": (1.4e9, 0.02, 0.1),
+        "io_util": (0.04, 0.2, 0.5),
+        "write_wal_mbps": (0.4, 0.2, 0.6),
+        "read_mbps": (0.8, 0.2, 0.8),
+        "qps": (150.0, 0.08, 1.0),
+        "grpc_qps": (160.0, 0.08, 1.0),
+        "threadpool_readpool_cpu": (0.05, 0.15, 0.8),
+        "raft_propose_wait": (0.0008, 0.15, 0.3),
+        "raft_apply_wait": (0.0006, 0.15, 0.3),
+        "region_pending": (0.0, 0.0, 0.0),
+        "rocksdb_write_stall": (0.0, 0.0, 0.0),
+        "snapshot_apply_count": (0.0, 0.0, 0.0),
+        "server_is_up": (1.0, 0.0, 0.0),
     },
 }
 # Per-service scale of pod baselines (JVM and Python services are heavier).
@@ -322,11 +322,14 @@ def derive_node_kpis(node_kpi: dict[str, np.ndarray]) -> None:
     node_kpi["node_filesystem_free_bytes"] = size * (1 - node_kpi["node_filesystem_usage_rate"] / 100)
 
 
-def expected_latency(day: Day) -> tuple[np.ndarray, np.ndarray]:
-    """Mean server time (ms) and failure ratio per minute and pod, from the effect fields.
+def expected_latency(day: Day) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean server time (ms), failure ratio and the time of the slowest operation (ms) per minute and pod, from the
+    effect fields.
 
     Each service's time is its own processing plus the calls it makes (edge delay
-    plus the callee's mean), so a slow callee shows in every caller above it.
+    plus the callee's mean), so a slow callee shows in every caller above it; an operation's time is its own
+    processing plus the time of the calls it makes, so a slow call shows in the slowest requests of every caller
+    above it however rare it is among their requests.
     """
     topo = day.topo
     kids = calls_per_request()
@@ -352,7 +355,39 @@ def expected_latency(day: Day) -> tuple[np.ndarray, np.ndarray]:
         weights /= weights.sum(1, keepdims=True)
         svc_ms[service] = (pod_ms[:, idx] * weights).sum(1)
         svc_err[service] = (pod_err[:, idx] * weights).sum(1)
-    return pod_ms, pod_err
+    return pod_ms, pod_err, _slowest(day, own * day.own_factor + day.own_extra_ms)
+
+
+def _slowest(day: Day, own_ms: np.ndarray) -> np.ndarray:
+    """The time (ms) of each pod's slowest operation, per minute: its own processing plus its calls, each the
+    link's delay and the mean over the callee's routed pods of the operation it asks for."""
+    topo = day.topo
+    children: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for _, _, nodes in FLAT_FLOWS:
+        for k, node in enumerate(nodes):
+            children.setdefault((node.service, node.method),
+                                [(n.service, n.method) for n in nodes if n.parent == k])
+    op_ms: dict[tuple[str, str], np.ndarray] = {}  # per minute and pod of the operation's service
+
+    def time_of(op: tuple[str, str]) -> np.ndarray:
+        if op not in op_ms:
+            service = op[0]
+            idx = [topo.index(p) for p in topo.pods_of(service)]
+            total = own_ms[:, idx].copy()
+            for callee in children[op]:
+                routed = ~day.unrouted[:, [topo.index(p) for p in topo.pods_of(callee[0])]]
+                weights = np.where(routed.any(1, keepdims=True), routed, True).astype(float)
+                weights /= weights.sum(1, keepdims=True)
+                e_ms = day.edge_ms.get((service, callee[0]), 0.0)
+                total += (0.3 + e_ms + (time_of(callee) * weights).sum(1))[:, None]
+            op_ms[op] = total
+        return op_ms[op]
+
+    slowest = np.zeros_like(own_ms)
+    for op in children:
+        idx = [topo.index(p) for p in topo.pods_of(op[0])]
+        slowest[:, idx] = np.maximum(slowest[:, idx], time_of(op))
+    return slowest
 
 
 def _callee_first(kids: dict[str, dict[str, float]]) -> list[str]:
