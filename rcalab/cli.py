@@ -116,12 +116,16 @@ def cli():
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True, max=10), default=0.01, show_default=True,
               help="Volume of traces and logs; 1.0 is a real day (millions of spans).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
-@click.option("--format", "fmt", type=click.Choice(["challenge2025", "otlp"]), default="challenge2025",
-              show_default=True, help="The layout: the 2025 challenge's parquet, or OpenTelemetry's OTLP/JSON lines "
-                                      "as the Collector's file exporter writes them.")
+@click.option("--system", "system_", default="hipstershop", show_default=True,
+              help="The system to simulate: a shipped one by name (hipstershop, trainticket, otel-demo) or a "
+                   "description file (README: Describe your system).")
+@click.option("--format", "fmt", type=click.Choice(["challenge2025", "otlp"]),
+              help="The layout: the 2025 challenge's parquet (HipsterShop's), or OpenTelemetry's OTLP/JSON lines "
+                   "as the Collector's file exporter writes them (default: the system's own).")
 @reports_errors
-def simulate(out, schedule, cases, limit, scale, seed, fmt):
-    """Write a simulated HipsterShop dump with labelled faults in the 2025 challenge layout (or OTLP).
+def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
+    """Write a simulated system's dump with labelled faults: HipsterShop in the 2025 challenge layout by default,
+    any system described in a file, in its layout or as OTLP.
 
     OUT gets one folder per CST day the cases touch, plus groundtruth.jsonl and input.json.
 
@@ -129,11 +133,16 @@ def simulate(out, schedule, cases, limit, scale, seed, fmt):
     """
     from testbed.schedule import load_schedule, random_cases
     from testbed.simulate import case_days, simulate as run
+    from testbed.system import load
     from testbed.topology import Topology
 
     if (schedule is None) == (cases is None):
         raise RcalabError("give either --schedule FILE or --cases N")
-    topo = Topology.build(seed)
+    system = load(system_)
+    fmt = fmt or system.layout
+    if fmt == "challenge2025" and system.layout != "challenge2025":
+        raise RcalabError(f"the challenge's layout holds HipsterShop's dumps; write {system.name} with --format otlp")
+    topo = Topology.build(seed, system)
     todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
     steps = 25 * len(case_days(todo))
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
@@ -148,9 +157,9 @@ def simulate(out, schedule, cases, limit, scale, seed, fmt):
             bar.update(task, description="writing OTLP")
             summary.files = write_otlp(parquet, out)
             summary.bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    echo(f"wrote {len(todo)} cases over {len(summary.days)} day(s) ({', '.join(summary.days)}) to {out}: "
-               f"{summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
-               f"{summary.log_lines:,} log lines")
+    echo(f"wrote {len(todo)} cases of {system.name} over {len(summary.days)} day(s) ({', '.join(summary.days)}) to "
+         f"{out}: {summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
+         f"{summary.log_lines:,} log lines")
     echo(f"ground truth: {out / 'groundtruth.jsonl'}; questions: {out / 'input.json'}")
 
 

@@ -16,6 +16,10 @@ class ScheduleError(RcalabError):
     """A fault schedule (ground-truth file) that cannot be replayed."""
 
 
+class DescriptionError(RcalabError):
+    """A system description (testbed/systems/*.yaml or a user's) that cannot be simulated."""
+
+
 class OutputError(RcalabError):
     """An output location that cannot be written."""
 

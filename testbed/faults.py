@@ -1,22 +1,24 @@
-"""The fault library: one entry per fault type of the 2025 challenge.
+"""The fault library: one entry per fault type, and the system description says which apply to which of its
+components (by kind, by kind and language, to links, to nodes).
 
-Each entry knows which components it can hit, how it changes a `Day` (metrics,
-latency, errors, log lines) and what the ground truth says of it (`key_observations`,
-`key_metrics`, `fault_description`, taken from the real phase-one ground truth where the
-type occurs there). Callers and dependants feel the effects through `workload`, so
-propagation is not written per fault.
+Each entry knows what it can act on, how it changes a `Day` (metrics, latency, errors, log lines) and what the ground
+truth says of it (`key_observations`, `key_metrics`, `fault_description`, taken from the real phase-one ground truth
+of the 2025 challenge where the type occurs there; `{service}` and `{method}` name the target). Callers and
+dependants feel the effects through `workload`, so propagation is not written per fault; a datastore's own metrics
+move by the roles its description gives them (`system.ROLES`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from rcalab.errors import ScheduleError
 
-from .topology import CALLS, GRPC, NODES, SERVICES, STORES, TIDB_PARTS, WORKERS, Topology
+from .system import Component, System
+from .topology import Topology
 from .workload import MINUTES, Day, LogBurst, derive_node_kpis
 
 # gRPC failures: kind -> (status name, status code, description). `{ip}`/`{port}` are the callee's.
@@ -33,39 +35,26 @@ ERRORS = {
     "exception": ("Unknown", 2, "java.lang.reflect.InvocationTargetException: Caught ThrowException: injected error"),
     "internal": ("Internal", 13, "code error: panic: runtime error: invalid memory address or nil pointer dereference"),
     "storage": ("FailedPrecondition", 9,
-                "Can't access cart storage. StackExchange.Redis.RedisTimeoutException: Timeout performing HGET"),
+                "{failure}. StackExchange.Redis.RedisTimeoutException: Timeout performing HGET"),
     "db": ("Unavailable", 14, "Error 9005: Region is unavailable; dial tcp {ip}:4000: connect: connection refused"),
     "lookup": ("Internal", 13, "rpc error: code = Unavailable desc = name resolver error: produced zero addresses; "
                                "lookup failed on 169.254.25.10:53: no such host"),
 }
-# What a caller says when a call to this callee fails, before the gRPC error.
-FAILED = {
-    "adservice": "failed to retrieve ads",
-    "recommendationservice": "failed to get product recommendations",
-    "cartservice": "could not retrieve cart",
-    "currencyservice": "failed to convert currency",
-    "productcatalogservice": "could not retrieve product",
-    "shippingservice": "failed to get shipping quote",
-    "paymentservice": "failed to charge card",
-    "emailservice": "failed to send order confirmation",
-    "checkoutservice": "failed to complete the order",
-    "redis-cart": "Can't access cart storage",
-    "tidb-tidb": "failed to query product catalog",
-    "tidb-pd": "failed to get timestamp from PD",
-    "tidb-tikv": "tikv request failed",
-}
-# A service that answers its callers `Internal` when a call it needs fails (hipstershop's checkout wraps every
-# error of preparing an order so), with the words it puts before the cause.
-WRAPS = {"checkoutservice": "failed to prepare order"}
 TRANSIENT = ("Unavailable", 14, "transport is closing")
+JVM = {"java", "kotlin", "scala"}  # languages whose services run on a JVM (Byteman's rules, garbage collection)
+KINDS = ("service", "database", "cache", "storage", "coordinator", "broker")
 
 
 def status_text(kind: str, topo: Topology, pod: str) -> tuple[str, int, str]:
     """gRPC status name, code and message of a failed call to `pod`."""
     name, code, desc = TRANSIENT if kind == "transient" else ERRORS[kind]
-    service = topo.service_of[pod]
-    port = GRPC.get(service, ("", 6379 if service == "redis-cart" else 4000))[1]
-    return name, code, desc.format(ip=topo.ip_of[pod], port=port, service=service)
+    comp = topo.component(pod)
+    return name, code, desc.format(ip=topo.ip_of[pod], port=comp.port, service=comp.name, failure=comp.failure)
+
+
+def _single(comp: Component) -> bool:
+    """A datastore part that runs as one pod: the ground truth names it by its pod and its service."""
+    return not comp.traced and comp.replicas == 1
 
 
 @dataclass(frozen=True)
@@ -81,12 +70,12 @@ class Target:
         """The ground-truth fields `instance_type, service, instance, source, destination`."""
         if self.edge:
             src, dst = self.edge
-            instance = [src, dst] + ([STORES[dst]] if dst in STORES else [])
+            instance = [src, dst] + (topo.pods_of(dst) if _single(topo.component(dst)) else [])
             return dict(instance_type="service", service="", instance=instance, source=src, destination=dst)
         if self.level == "node":
             return dict(instance_type="node", service="", instance=self.node, source="", destination="")
         service = topo.service_of[self.pods[0]]
-        if service in TIDB_PARTS:
+        if _single(topo.component(service)):
             instance = [self.pods[0], service]
         elif self.level == "pod":
             instance = [self.pods[0]]
@@ -99,7 +88,7 @@ class Target:
 class Fault:
     name: str
     category: str
-    targets: str  # pods | jvm | edge | node | tikv | tidb-pods
+    acts_on: frozenset[str]  # component kinds, "jvm" (a service on a JVM), "io" (a part with io metrics), link, node
     apply: Callable[[Day, Target, slice, np.random.Generator], None]
     key_observations: list = field(default_factory=list)
     key_metrics: list = field(default_factory=list)
@@ -107,19 +96,19 @@ class Fault:
     window_seconds: int | None = None  # a window of fixed length, as the real ground truth gives it (pod kill: 1 s)
 
     def candidates(self, topo: Topology) -> list[Target]:
-        """Every target this fault type can hit in the topology."""
-        if self.targets == "node":
-            return [Target("node", tuple(topo.pods_on(n)), node=n) for n in WORKERS]
-        if self.targets == "edge":
-            return [Target("service", edge=(c, d)) for c, ds in sorted(CALLS.items()) for d in sorted(ds)
-                    if c in SERVICES and (d in SERVICES or d == "redis-cart")]
-        if self.targets == "tikv":
-            return [Target("service", ("tidb-tikv-0",))]
-        services = ("adservice",) if self.targets == "jvm" else SERVICES
-        out = [Target("service", tuple(topo.pods_of(s))) for s in services]
-        out += [Target("pod", (p,)) for s in services for p in topo.pods_of(s)]
-        if self.targets == "tidb-pods":
-            out += [Target("service", (STORES[s],)) for s in TIDB_PARTS]
+        """Every target this fault type can hit in the topology, as its system's description says."""
+        system = topo.system
+        out = []
+        for spec in system.faults.get(self.name, ()):
+            if spec == "node":
+                out += [Target("node", tuple(topo.pods_on(n)), node=n) for n in system.workers]
+            elif spec == "link":
+                out += [Target("service", edge=edge) for edge in links(system)]
+            else:
+                comps = [c.name for c in system.components.values() if matches(c, spec)]
+                out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
+                out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
+                        for p in topo.pods_of(c)]
         return out
 
     def resolve(self, topo: Topology, instance) -> Target:
@@ -134,18 +123,78 @@ class Fault:
                 hit = names == [target.pods[0]]
             else:
                 service = topo.service_of[target.pods[0]]
-                hit = names == [service] or (service in TIDB_PARTS and bool({service, target.pods[0]} & set(names)))
+                hit = names == [service] or (_single(topo.component(service))
+                                             and bool({service, target.pods[0]} & set(names)))
             if hit:
                 return target
         raise ScheduleError(f"fault type '{self.name}' cannot hit instance {instance!r}")
 
+    def truth(self, topo: Topology, target: Target, start: str, end: str, uuid: str) -> dict:
+        """The ground truth of this fault on `target` from `start` to `end`: where, and the keys its signature
+        shows."""
+        service = topo.service_of.get(target.pods[0], "") if target.pods and not target.edge else ""
+        comp = topo.system.components.get(service)
+        method = next((op.method or name for name, op in comp.operations.items()), "") if comp else ""
+
+        def named(text: str) -> str:
+            return text.replace("{service}", service).replace("{method}", method).replace(
+                "{method_lower}", method.lower())
+
+        observations = [dict(o, keyword=[named(k) for k in o["keyword"]]) for o in self.key_observations]
+        return dict(fault_category=self.category, fault_type=self.name, **target.truth(topo), start_time=start,
+                    end_time=end, uuid=uuid, key_observations=observations,
+                    key_metrics=[named(m) for m in self.key_metrics], fault_description=self.fault_description)
+
+
+def matches(comp: Component, spec: str) -> bool:
+    """Whether a component is what a description's fault entry names: a kind, or a kind and language."""
+    kind, _, language = spec.partition(":")
+    return comp.kind == kind and (not language or comp.language == language)
+
+
+def links(system: System) -> list[tuple[str, str]]:
+    """The caller -> callee links a network fault can hit: calls between components of the system's own
+    namespace (a datastore run apart, in a namespace of its own, is not reached by the system's network chaos)."""
+    return [(c, d) for c, d in system.calls() if system.components[c].namespace == system.namespace
+            and system.components[d].namespace == system.namespace]
+
+
+def applies(name: str, spec: str, system: System) -> str | None:
+    """Why a system's description may not apply fault `name` to `spec` (None where it may)."""
+    fault = FAULTS.get(name)
+    if fault is None:
+        return f"unknown fault type '{name}' (known: {', '.join(sorted(FAULTS))})"
+    if spec in ("link", "node"):
+        return None if spec in fault.acts_on else f"it acts on {_acts(fault)}, not on a {spec}"
+    kind, _, language = spec.partition(":")
+    if kind not in KINDS:
+        return f"'{spec}' is no kind of component (kinds: {', '.join(KINDS)}, link, node; kind:language)"
+    hit = [c for c in system.components.values() if matches(c, spec)]
+    if not hit:
+        return f"no component is a {spec}"
+    if "jvm" in fault.acts_on and not all(c.kind == "service" and c.language in JVM for c in hit):
+        return f"it acts on {_acts(fault)}, and a {spec} does not run on a JVM"
+    if "io" in fault.acts_on and not all(any("io" in k.roles for k in c.kpis.values()) for c in hit):
+        return f"it acts on {_acts(fault)}, and a {spec} has no metric of role io"
+    if kind not in fault.acts_on and not fault.acts_on & {"jvm", "io"}:
+        return f"it acts on {_acts(fault)}, not on a {kind}"
+    return None
+
+
+def _acts(fault: Fault) -> str:
+    words = {"jvm": "services on a JVM", "io": "parts with io metrics", "link": "links", "node": "nodes"}
+    return ", ".join(words.get(a, a) for a in sorted(fault.acts_on))
+
 
 FAULTS: dict[str, Fault] = {}
+SERVICE = frozenset({"service"})
+ANY = frozenset(KINDS)
 
 
-def fault(name, category, targets, observations, metrics, descriptions, window_seconds=None):
+def fault(name, category, acts_on, observations, metrics, descriptions, window_seconds=None):
     def register(apply):
-        FAULTS[name] = Fault(name, category, targets, apply, observations, metrics, descriptions, window_seconds)
+        FAULTS[name] = Fault(name, category, frozenset(acts_on), apply, observations, metrics, descriptions,
+                             window_seconds)
         return apply
     return register
 
@@ -186,27 +235,24 @@ def _burst(day: Day, pods, sl: slice, messages, per_minute: float, severity="err
 def _client_logs(day: Day, callees, sl: slice, kinds, per_minute: float = 1.0, callers=None) -> None:
     """Clients log failing connections and calls at a pace of their own (gRPC reconnects and retries), not only
     when a user's request happens to fail: each caller pod (by default every pod of a service that calls them) logs
-    the errors `kinds` of calls to `callees`, in its own words; a caller that wraps errors (`WRAPS`) answers its
+    the errors `kinds` of calls to `callees`, in its own words; a caller that wraps errors (`wraps`) answers its
     own callers `Internal`, and they log that."""
     topo = day.topo
-    service = topo.service_of[callees[0]]
-    sources = ([(caller, topo.pods_of(caller)) for caller in _callers(service)] if callers is None
+    system = topo.system
+    callee = topo.component(callees[0])
+    sources = ([(caller, topo.pods_of(caller)) for caller in system.callers(callee.name)] if callers is None
                else [(topo.service_of[callers[0]], callers)])
-    if not sources:  # the frontend: its users see the failures, no service logs them
+    if not sources:  # the entry: its users see the failures, no service logs them
         return
-    errors = [f"{FAILED[service]}: rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
+    errors = [f"{callee.failure}: rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
               for name, _, desc in [status_text(kind, topo, pod)]]
     for caller, pods in sources:
         _burst(day, pods, sl, dict.fromkeys(errors), per_minute)
-        if caller in WRAPS:
-            wrapped = [f"{FAILED[caller]}: rpc error: code = Internal desc = {WRAPS[caller]}: {e}" for e in errors]
-            for above in _callers(caller):
+        wrapper = system.components[caller]
+        if wrapper.wraps:
+            wrapped = [f"{wrapper.failure}: rpc error: code = Internal desc = {wrapper.wraps}: {e}" for e in errors]
+            for above in system.callers(caller):
                 _burst(day, topo.pods_of(above), sl, dict.fromkeys(wrapped), per_minute)
-
-
-def _callers(service: str) -> list[str]:
-    """The services that call `service`, in the topology's order (so that a seed gives the same dump)."""
-    return sorted(caller for caller, callees in CALLS.items() if service in callees)
 
 
 def _cold_start(day: Day, pods, minute: int) -> None:
@@ -232,22 +278,42 @@ def _crash_loop(minutes: int, rng: np.random.Generator) -> np.ndarray:
     return down.reshape(minutes, 60)
 
 
-_PART = {"tidb-tidb-0": "tidb", "tidb-tikv-0": "tikv", "tidb-pd-0": "pd"}  # a TiDB pod -> its metrics' part
+def _own(day: Day, component: str, role: str) -> list[np.ndarray]:
+    """A datastore part's own metrics of one role (each a series over the day)."""
+    comp = day.topo.system.components[component]
+    return [day.db_kpi[component][k] for k, kpi in comp.kpis.items() if role in kpi.roles]
+
+
+def _callers_own(day: Day, component: str, role: str) -> list[np.ndarray]:
+    """The metrics of one role of the datastore parts that call `component` (TiDB's SQL layer above its storage)."""
+    return [series for caller in day.topo.system.callers(component) for series in _own(day, caller, role)]
+
+
+def _watcher(day: Day, component: str) -> str | None:
+    """The part that watches `component` (counts its stores and regions), if the description names one."""
+    return next((c for c, comp in day.topo.system.components.items() if comp.watches == component), None)
+
+
 _NET_KPIS = ("pod_network_receive_bytes", "pod_network_transmit_bytes",
              "pod_network_receive_packets", "pod_network_transmit_packets")
 _JVM_AGENT = (
-    "org.jboss.byteman.agent.TransformListener: retransforming class hipstershop.AdService",
+    "org.jboss.byteman.agent.TransformListener: retransforming class {code}",
     "java.lang.reflect.InvocationTargetException at sun.reflect.NativeMethodAccessorImpl.invoke0(Native Method)",
 )
 
 
-def _jvm_rule(rule: str) -> tuple[str, ...]:
-    return (f"Rule.execute called for {rule}_0:0 rule {rule} fired",) + _JVM_AGENT
+def _jvm_rule(day: Day, target: Target, rule: str) -> tuple[str, ...]:
+    """What a Byteman rule named `rule` ({service}, {method} the target's) writes in the target's log when it fires."""
+    comp = day.topo.component(target.pods[0])
+    method = next((op.method or name for name, op in comp.operations.items()), "")
+    rule = rule.replace("{service}", comp.name).replace("{method}", method).replace("{method_lower}", method.lower())
+    code = comp.rpc_service or comp.name
+    return (f"Rule.execute called for {rule}_0:0 rule {rule} fired",) + tuple(t.format(code=code) for t in _JVM_AGENT)
 
 
 # --- stress -----------------------------------------------------------------------
 
-@fault("cpu stress", "stress test", "pods",
+@fault("cpu stress", "stress test", SERVICE,
        [{"type": "metric", "keyword": ["pod_cpu_usage"]}, {"type": "metric", "keyword": ["pod_processes"]},
         {"type": "metric", "keyword": ["rrt", "rrt_max"]}],
        ["pod_cpu_usage"],
@@ -261,7 +327,7 @@ def cpu_stress(day, target, sl, rng):
     day.own_factor[sl, idx] *= _ramp(sl, rng, 2.0, 3.5) + 1
 
 
-@fault("memory stress", "stress test", "pods",
+@fault("memory stress", "stress test", SERVICE,
        [{"type": "metric", "keyword": ["pod_memory_working_set_bytes"]},
         {"type": "metric", "keyword": ["pod_processes"]}],
        ["pod_memory_working_set_bytes"],
@@ -283,7 +349,7 @@ def memory_stress(day, target, sl, rng):
 
 # --- pods ------------------------------------------------------------------------
 
-@fault("pod failure", "pod fault", "tidb-pods",
+@fault("pod failure", "pod fault", ANY,
        [{"type": "log", "keyword": ["Connection", "refused"]}, {"type": "log", "keyword": ["Error", "while", "dialing"]},
         {"type": "log", "keyword": ["failure"]}, {"type": "log", "keyword": ["unavailable"]},
         {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]},
@@ -294,34 +360,40 @@ def memory_stress(day, target, sl, rng):
 def pod_failure(day, target, sl, rng):
     """The pod's container is replaced by one that does nothing for the window: no process, no cpu, no traffic;
     connections held by clients are reset (`connection failure`), new ones refused; then it starts again, cold.
-    A TiDB part that fails stops reporting work and restarts its uptime; a failed tikv leaves its regions
-    pending and TiDB's queries failing until it is back."""
+    A datastore part that fails stops reporting work (its metrics of role `stops`) and restarts its uptime; a part
+    another watches (a storage its coordinator counts) leaves its regions pending and counted abnormal until it is
+    back; the parts that call it see their slowest queries and failures grow."""
     _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", "pod_processes", *_NET_KPIS), 0.0,
              logged=("reset", "refused"))
     _cold_start(day, target.pods, sl.stop)
-    part = _PART.get(target.pods[0])
-    if part:
-        kpis = day.db_kpi[part]
-        for k in ("server_is_up", "cpu_usage", "qps", "connection_count", "grpc_qps", "io_util", "read_mbps",
-                  "write_wal_mbps", "threadpool_readpool_cpu"):
-            if k in kpis:
-                kpis[k][sl] = 0.0
-        if "uptime" in kpis:  # counted afresh from the restart
-            kpis["uptime"][sl] = 0.0
-            kpis["uptime"][sl.stop:] = np.arange(MINUTES - sl.stop) * 60.0
-        if part == "tikv":  # its regions lose a peer: pending while it is down, catching up after
-            catch_up = slice(sl.stop, min(MINUTES, sl.stop + 10))
-            kpis["region_pending"][sl] += day.db_kpi["pd"]["region_count"][sl]
-            kpis["region_pending"][catch_up] += np.linspace(30, 0, catch_up.stop - catch_up.start)
-            day.db_kpi["pd"]["abnormal_region_count"][sl] += day.db_kpi["pd"]["region_count"][sl]
-            day.db_kpi["pd"]["store_down_count"][sl] = 1.0
-            day.db_kpi["pd"]["store_up_count"][sl] = 0.0
-        if part != "tidb":
-            day.db_kpi["tidb"]["duration_99th"][sl] *= 40
-            day.db_kpi["tidb"]["failed_query_ops"][sl] += 30
+    part = day.topo.service_of[target.pods[0]]
+    if part not in day.db_kpi:
+        return
+    for series in _own(day, part, "stops"):
+        series[sl] = 0.0
+    for series in _own(day, part, "uptime"):  # counted afresh from the restart
+        series[sl] = 0.0
+        series[sl.stop:] = np.arange(MINUTES - sl.stop) * 60.0
+    watcher = _watcher(day, part)
+    if watcher:  # its regions lose a peer: pending while it is down, catching up after
+        regions = _own(day, watcher, "regions")[0]
+        catch_up = slice(sl.stop, min(MINUTES, sl.stop + 10))
+        for series in _own(day, part, "pending"):
+            series[sl] += regions[sl]
+            series[catch_up] += np.linspace(30, 0, catch_up.stop - catch_up.start)
+        for series in _own(day, watcher, "watched_abnormal"):
+            series[sl] += regions[sl]
+        for series in _own(day, watcher, "watched_down"):
+            series[sl] = 1.0
+        for series in _own(day, watcher, "watched_up"):
+            series[sl] = 0.0
+    for series in _callers_own(day, part, "tail_latency"):
+        series[sl] *= 40
+    for series in _callers_own(day, part, "failures"):
+        series[sl] += 30
 
 
-@fault("pod kill", "pod fault", "pods",
+@fault("pod kill", "pod fault", SERVICE,
        [{"type": "trace", "subtype": "request_proportion_anomalies", "keyword": ["frontend"]},
         {"type": "metric", "keyword": ["request", "response"]},
         {"type": "metric", "keyword": ["pod_memory_working_set_bytes"]},
@@ -339,7 +411,7 @@ def pod_kill(day, target, sl, rng):
     # Until the pod is back, clients holding connections to it wait out a reconnect backoff before another
     # replica answers.
     service = day.topo.service_of[target.pods[0]]
-    for caller in _callers(service):
+    for caller in day.topo.system.callers(service):
         day.edge(caller, service)[0][down] += 800.0 / len(day.topo.pods_of(service)) * len(target.pods)
     for k in _NET_KPIS:
         day.pod_kpi[k][down, idx] *= 0.05
@@ -347,62 +419,62 @@ def pod_kill(day, target, sl, rng):
     _cold_start(day, target.pods, sl.start)
 
 
-# --- JVM (adservice, via Byteman rules) --------------------------------------------
+# --- JVM (via Byteman rules) -----------------------------------------------------------
 
-@fault("jvm cpu", "jvm fault", "jvm",
-       [{"type": "log", "keyword": ["adservice--stress"]}, {"type": "log", "keyword": ["invocationtargetexception"]},
+@fault("jvm cpu", "jvm fault", {"jvm"},
+       [{"type": "log", "keyword": ["{service}--stress"]}, {"type": "log", "keyword": ["invocationtargetexception"]},
         {"type": "log", "keyword": ["transformlistener"]},
         {"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]},
         {"type": "metric", "keyword": ["pod_cpu_usage"]}, {"type": "metric", "keyword": ["rrt", "rrt_max"]}],
-       ["pod_cpu_usage", "adservice--stress"],
+       ["pod_cpu_usage", "{service}--stress"],
        ["JVM CPU spike", "JVM CPU overload", "JVM high CPU usage", "JVM CPU saturation"])
 def jvm_cpu(day, target, sl, rng):
     """A Byteman rule makes the JVM spin on cpu (its agent logs the rule firing); requests wait for the cpu."""
     idx = _idx(day, target.pods)
     day.pod_kpi["pod_cpu_usage"][sl, idx] += _ramp(sl, rng, 0.9, 1.2)
     day.own_factor[sl, idx] *= _ramp(sl, rng, 3.0, 5.0) + 1
-    _burst(day, target.pods, sl, _jvm_rule("adservice--stress"), 3, "warn")
+    _burst(day, target.pods, sl, _jvm_rule(day, target, "{service}--stress"), 3, "warn")
 
 
-@fault("jvm gc", "jvm fault", "jvm",
-       [{"type": "log", "keyword": ["adservice--gc"]}, {"type": "log", "keyword": ["GCHelper"]},
+@fault("jvm gc", "jvm fault", {"jvm"},
+       [{"type": "log", "keyword": ["{service}--gc"]}, {"type": "log", "keyword": ["GCHelper"]},
         {"type": "log", "keyword": ["invocationtargetexception"]}, {"type": "log", "keyword": ["transformlistener"]}],
-       ["adservice--gc", "GCHelper", "gc", "garbage collection"],
+       ["{service}--gc", "GCHelper", "gc", "garbage collection"],
        ["frequent GC pauses", "long GC pause", "JVM garbage collection spike", "excessive GC activity"])
 def jvm_gc(day, target, sl, rng):
     """A Byteman rule forces full garbage collections: pauses add to every request, the collector uses cpu."""
     idx = _idx(day, target.pods)
     day.own_extra_ms[sl, idx] += _ramp(sl, rng, 30, 120)
     day.pod_kpi["pod_cpu_usage"][sl, idx] += _ramp(sl, rng, 0.3, 0.5)
-    messages = _jvm_rule("adservice--gc") + ("GCHelper: forcing full garbage collection (System.gc) pause 412 ms",)
+    messages = _jvm_rule(day, target, "{service}--gc") + ("GCHelper: forcing full garbage collection (System.gc) pause 412 ms",)
     _burst(day, target.pods, sl, messages, 4, "warn")
 
 
-@fault("jvm latency", "jvm fault", "jvm",
-       [{"type": "log", "keyword": ["adservice-getRandomAds-latency"]},
+@fault("jvm latency", "jvm fault", {"jvm"},
+       [{"type": "log", "keyword": ["{service}-{method}-latency"]},
         {"type": "log", "keyword": ["invocationtargetexception"]}, {"type": "log", "keyword": ["transformlistener"]},
         {"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]}],
-       ["adservice-getRandomAds-latency", "rrt", "rrt_max"],
+       ["{service}-{method}-latency", "rrt", "rrt_max"],
        ["high JVM latency", "JVM response delay", "elevated request latency", "JVM slow response"])
 def jvm_latency(day, target, sl, rng):
-    """A Byteman rule sleeps in getRandomAds: every ad request takes about a second longer."""
+    """A Byteman rule sleeps in the service's method: every request takes about a second longer."""
     idx = _idx(day, target.pods)
     day.own_extra_ms[sl, idx] += _ramp(sl, rng, 900, 1500)
-    _burst(day, target.pods, sl, _jvm_rule("adservice-getRandomAds-latency"), 3, "warn")
+    _burst(day, target.pods, sl, _jvm_rule(day, target, "{service}-{method}-latency"), 3, "warn")
 
 
-@fault("jvm exception", "jvm fault", "jvm",
-       [{"type": "log", "keyword": ["adservice-getrandomads-exception"]},
+@fault("jvm exception", "jvm fault", {"jvm"},
+       [{"type": "log", "keyword": ["{service}-{method_lower}-exception"]},
         {"type": "log", "keyword": ["Caught", "throwexception"]}, {"type": "log", "keyword": ["grpc-default-executor"]},
         {"type": "log", "keyword": ["injected", "error"]}, {"type": "log", "keyword": ["invocationtargetexception"]},
         {"type": "log", "keyword": ["transformlistener"]},
         {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]}],
-       ["adservice-getrandomads-exception"],
+       ["{service}-{method_lower}-exception"],
        ["JVM exception thrown", "application exception", "runtime error", "exception stack trace"])
 def jvm_exception(day, target, sl, rng):
-    """A Byteman rule throws in getRandomAds: most ad requests fail, and the JVM logs the exception."""
+    """A Byteman rule throws in the service's method: most requests fail, and the JVM logs the exception."""
     _fail(day, target.pods, sl, 0.6, "exception")
-    messages = _jvm_rule("adservice-getrandomads-exception") + (
+    messages = _jvm_rule(day, target, "{service}-{method_lower}-exception") + (
         "Exception in thread grpc-default-executor-2: Caught ThrowException java.lang.Exception: injected error",)
     _burst(day, target.pods, sl, messages, 3)
 
@@ -436,14 +508,14 @@ def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str 
                      callers=day.topo.pods_of(src))
 
 
-@fault("network delay", "network attack", "edge", _FRONT_TRACE + _NET_OBS, _NET_METRICS,
+@fault("network delay", "network attack", {"link"}, _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["high network latency", "increased RTT", "network delay spike", "elevated transmission delay"])
 def network_delay(day, target, sl, rng):
     """The link's packets are held back: every call over it is slower, and fewer are made while users wait."""
     _link(day, target, sl, 200.0, 0.0, "deadline", 0.5, rng, traffic=0.6)
 
 
-@fault("network loss", "network attack", "edge",
+@fault("network loss", "network attack", {"link"},
        [{"type": "log", "keyword": ["deadlineexceeded"]}] + _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["packet loss", "network packet drop", "high loss rate", "dropped packets"])
 def network_loss(day, target, sl, rng):
@@ -451,7 +523,7 @@ def network_loss(day, target, sl, rng):
     _link(day, target, sl, 350.0, 0.25, ("deadline", "canceled", "dial"), 0.5, rng, traffic=0.5)
 
 
-@fault("network corrupt", "network attack", "edge",
+@fault("network corrupt", "network attack", {"link"},
        _NET_LOGS + _FRONT_TRACE + [{"type": "metric", "keyword": ["client_error", "client_error_ratio", "error",
                                                                     "error_ratio"]}] + _NET_OBS,
        _NET_METRICS, ["packet corruption", "data corruption", "bit errors on network", "corrupted packets"])
@@ -460,8 +532,9 @@ def network_corrupt(day, target, sl, rng):
     raise the traffic."""
     _link(day, target, sl, 120.0, 0.3, ("reset", "canceled", "dial"), 1.6, rng, traffic=0.6)
     src, dst = target.edge
-    if dst == "redis-cart":
-        _burst(day, day.topo.pods_of(src), sl, (ERRORS["storage"][2],), 2)
+    cache = day.topo.system.components[dst]
+    if cache.kind == "cache":  # its client times out on the corrupted replies
+        _burst(day, day.topo.pods_of(src), sl, (ERRORS["storage"][2].format(failure=cache.failure),), 2)
 
 
 # --- misconfiguration and code ---------------------------------------------------
@@ -470,7 +543,7 @@ _CALLER_ERRORS = [{"type": "metric", "keyword": ["client_error", "client_error_r
                   {"type": "metric", "keyword": ["request", "response"]}]
 
 
-@fault("dns error", "network attack", "pods",
+@fault("dns error", "network attack", SERVICE,
        [{"type": "log", "keyword": ["no such host"]}, {"type": "log", "keyword": ["Internal"]},
         {"type": "metric", "keyword": ["server_error", "server_error_ratio", "error", "error_ratio"]}],
        ["error", "error_ratio", "server_error", "server_error_ratio", "no such host"],
@@ -481,12 +554,12 @@ def dns_error(day, target, sl, rng):
     (server errors at the target; its callers log them); it logs the lookups that fail."""
     _fail(day, target.pods, sl, _ramp(sl, rng, 0.6, 0.8), "lookup")
     service = day.topo.service_of[target.pods[0]]
-    needs = list(CALLS.get(service, ())) or ["opentelemetry-collector"]
+    needs = day.topo.system.callees(service) or ["opentelemetry-collector"]
     _burst(day, target.pods, sl, [f"dial tcp: lookup {c} on 169.254.25.10:53: no such host" for c in needs], 2)
     _client_logs(day, target.pods, sl, ("lookup",))
 
 
-@fault("target port misconfig", "misconfiguration", "pods",
+@fault("target port misconfig", "misconfiguration", SERVICE,
        [{"type": "log", "keyword": ["Connection", "refused"]}, {"type": "log", "keyword": ["Error", "while", "dialing"]},
         {"type": "log", "keyword": ["rpc", "error"]},
         {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]},
@@ -500,7 +573,7 @@ def target_port_misconfig(day, target, sl, rng):
     _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", *_NET_KPIS), 0.1)
 
 
-@fault("code error", "code defect", "pods",
+@fault("code error", "code defect", SERVICE,
        [{"type": "log", "keyword": ["code error"]}, {"type": "log", "keyword": ["nil pointer dereference"]},
         {"type": "log", "keyword": ["context canceled"]}, {"type": "log", "keyword": ["timeout"]},
         {"type": "metric", "keyword": ["pod_processes"]},
@@ -525,60 +598,66 @@ def code_error(day, target, sl, rng):
 
 # --- TiDB ---------------------------------------------------------------------------
 
-@fault("io fault", "io fault", "tikv",
+@fault("io fault", "io fault", {"io"},
        [{"type": "metric", "keyword": ["io_util"]}, {"type": "metric", "keyword": ["raft_apply_wait", "raft_propose_wait"]},
         {"type": "metric", "keyword": ["region_pending"]},
         {"type": "metric", "keyword": ["duration_99th", "duration_95th"]}, {"type": "metric", "keyword": ["rrt", "rrt_max"]}],
        ["io_util", "raft_apply_wait", "region_pending", "memory_usage", "cpu_usage", "qps"],
        ["disk IO fault", "IO latency", "storage IO errors", "slow disk IO"])
 def io_fault(day, target, sl, rng):
-    """tikv's disk becomes slow: its IO is saturated and raft log writes and applies wait, so work backs up (a
+    """A storage part's disk becomes slow: its IO is saturated and its writes and applies wait, so work backs up (a
     backlog that builds while the disk stays slow); the backlog is pending regions and write stalls, memory held
-    by queued writes and requests, cpu spent on retries and compaction, and fewer requests served; TiDB's
-    queries wait on it, and so do productcatalog's calls to TiDB."""
-    tikv, tidb = day.db_kpi["tikv"], day.db_kpi["tidb"]
+    by queued writes and requests, cpu spent on retries and compaction, and fewer requests served; the parts that
+    call it (TiDB's SQL layer) wait on it, and so do the services that call them."""
+    part = day.topo.service_of[target.pods[0]]
     backlog = _ramp(sl, rng, 0.7, 1.0)[:, 0] * np.minimum(1.0, (np.arange(sl.stop - sl.start) + 1) / 4)
-    tikv["io_util"][sl] = _ramp(sl, rng, 0.85, 0.99)[:, 0]
-    for k in ("raft_apply_wait", "raft_propose_wait"):
-        tikv[k][sl] *= 1 + 50 * backlog
-    tikv["region_pending"][sl] += np.rint(day.db_kpi["pd"]["region_count"][sl] * 0.6 * backlog)
-    tikv["rocksdb_write_stall"][sl] += np.rint(5 * backlog)
-    tikv["memory_usage"][sl] *= 1 + 0.5 * backlog
-    tikv["cpu_usage"][sl] *= 1 + 1.5 * backlog
-    for k in ("qps", "grpc_qps", "write_wal_mbps", "read_mbps"):
-        tikv[k][sl] *= 1 - 0.6 * backlog
-    for k in ("duration_99th", "duration_95th", "duration_avg"):
-        tidb[k][sl] *= 1 + 25 * backlog
-    tidb["slow_query"][sl] += np.rint(15 * backlog)
-    tidb["qps"][sl] *= 1 - 0.4 * backlog
-    tidb["memory_usage"][sl] *= 1 + 0.3 * backlog
+    saturated = _ramp(sl, rng, 0.85, 0.99)[:, 0]
+    for series in _own(day, part, "io"):
+        series[sl] = saturated
+    for series in _own(day, part, "wait"):
+        series[sl] *= 1 + 50 * backlog
+    watcher = _watcher(day, part)
+    for series in _own(day, part, "pending") if watcher else ():
+        series[sl] += np.rint(_own(day, watcher, "regions")[0][sl] * 0.6 * backlog)
+    for role, change in (("stall", None), ("memory", 0.5), ("cpu", 1.5), ("throughput", -0.6)):
+        for series in _own(day, part, role):
+            if change is None:
+                series[sl] += np.rint(5 * backlog)
+            else:
+                series[sl] *= 1 + change * backlog
+    for role, change in (("latency", 25), ("slow", None), ("throughput", -0.4), ("memory", 0.3)):
+        for series in _callers_own(day, part, role):
+            if change is None:
+                series[sl] += np.rint(15 * backlog)
+            else:
+                series[sl] *= 1 + change * backlog
     day.own_extra_ms[sl, _idx(day, target.pods)] += 90 * backlog[:, None]
 
 
 # --- nodes ---------------------------------------------------------------------------
 
-def _node(target: Target) -> int:
-    return NODES.index(target.node)
+def _node(day: Day, target: Target) -> int:
+    return day.topo.system.nodes.index(target.node)
 
 
-@fault("node cpu stress", "node fault", "node", [{"type": "metric", "keyword": ["node_cpu_usage_rate"]}],
+@fault("node cpu stress", "node fault", {"node"}, [{"type": "metric", "keyword": ["node_cpu_usage_rate"]}],
        ["node_cpu_usage_rate"],
        ["node CPU overload", "node high CPU usage", "node CPU saturation", "node CPU spike", "node cpu stress"])
 def node_cpu_stress(day, target, sl, rng):
     """Stress processes on the node burn its cpu; every pod on it gets less cpu and works slower."""
-    n = _node(target)
+    n = _node(day, target)
     day.node_kpi["node_cpu_usage_rate"][sl, n] = np.minimum(99.0, 80 + _ramp(sl, rng, 8, 18)[:, 0])
     day.own_factor[sl, _idx(day, target.pods)] *= 1.4
 
 
-@fault("node memory stress", "node fault", "node",
+@fault("node memory stress", "node fault", {"node"},
        [{"type": "metric", "keyword": ["node_memory_usage_rate", "node_memory_MemAvailable_bytes"]}],
        ["node_memory_usage_rate"],
        ["node memory exhaustion", "node memory saturation", "node high memory usage", "node memory leak"])
 def node_memory_stress(day, target, sl, rng):
     """A process on the node takes most of its free memory (usage up, available bytes down); the page cache
     gives way, so files are read from disk again."""
-    n = _node(target)
+    n = _node(day, target)
     rate = day.node_kpi["node_memory_usage_rate"]
     rate[sl, n] = np.minimum(97.0, rate[sl, n] + _ramp(sl, rng, 35, 42)[:, 0])
     derive_node_kpis(day.node_kpi)
@@ -587,12 +666,12 @@ def node_memory_stress(day, target, sl, rng):
         day.node_kpi[k][sl, n] *= _ramp(sl, rng, 3, 6)[:, 0]
 
 
-@fault("node disk fill", "node fault", "node", [{"type": "metric", "keyword": ["node_filesystem_usage_rate"]}],
+@fault("node disk fill", "node fault", {"node"}, [{"type": "metric", "keyword": ["node_filesystem_usage_rate"]}],
        ["node_filesystem_usage_rate"],
        ["node disk full", "high disk utilization", "disk space exhaustion", "disk saturation"])
 def node_disk_fill(day, target, sl, rng):
     """A process fills the node's file system within minutes, writing fast while it does."""
-    n = _node(target)
+    n = _node(day, target)
     rate = day.node_kpi["node_filesystem_usage_rate"]
     fill = np.minimum(1.0, (np.arange(sl.stop - sl.start) + 1) / 3.0)
     rate[sl, n] = rate[sl, n] + (96.0 - rate[sl, n]) * fill
@@ -600,9 +679,9 @@ def node_disk_fill(day, target, sl, rng):
     derive_node_kpis(day.node_kpi)
 
 
-def get(name: str) -> Fault:
-    try:
-        return FAULTS[name]
-    except KeyError:
-        raise ScheduleError(f"unknown fault type '{name}' (known: {', '.join(sorted(FAULTS))})") from None
+def get(name: str, system: System) -> Fault:
+    """A fault type the system's description applies."""
+    if name not in system.faults:
+        raise ScheduleError(f"unknown fault type '{name}' (known: {', '.join(sorted(system.faults))})")
+    return FAULTS[name]
 

@@ -1,10 +1,8 @@
-"""Container log lines (Filebeat rows) for one hour, each service in its real style.
+"""Container log lines (Filebeat rows) for one hour, each component in its language's style.
 
 Lines come from the hour's calls (a served request, a failed call logged by its
 caller) and from fault or noise bursts. Text is chosen per event, then rendered
-per style with polars string expressions: Go JSON (frontend, checkout, shipping,
-productcatalog), log4j JSON (adservice), Python JSON, Node pino JSON, and plain text
-(cartservice's C#, redis, TiDB).
+per style with polars string expressions: Go JSON, log4j JSON, Python JSON, Node pino JSON, and plain text.
 """
 
 from __future__ import annotations
@@ -14,38 +12,27 @@ import json
 import numpy as np
 import polars as pl
 
-from .topology import NAMESPACE, NODES, Topology
-from .faults import FAILED, status_text
+from .faults import status_text
+from .system import System
+from .topology import Topology
 from .traces import KINDS, Hour
-from .workload import FLAT_FLOWS, Day
+from .workload import Day, Flow, flows
 
-STYLE = {
-    "frontend": "go", "checkoutservice": "go", "shippingservice": "go", "productcatalogservice": "go",
-    "adservice": "java", "emailservice": "python", "recommendationservice": "python",
-    "currencyservice": "node", "paymentservice": "node",
-}  # everything else (cartservice, redis, TiDB) logs plain text
 
-# What a service logs when it serves a method ("{id}" is a user, order or product id).
-SERVED = {
-    "GetCart": "GetCartAsync called with userId={id}",
-    "AddItem": "AddItemAsync called with userId={id}, productId=OLJCESPC7Z, quantity=1",
-    "EmptyCart": "EmptyCartAsync called with userId={id}",
-    "Convert": "conversion request successful",
-    "GetSupportedCurrencies": "Getting supported currencies...",
-    "Charge": "Transaction processed: visa ending 0454     Amount: USD{id}",
-    "SendOrderConfirmation": "A request to send order confirmation email to {id}@example.com has been received.",
-    "ListRecommendations": "[Recv ListRecommendations] product_ids=['{id}']",
-    "PlaceOrder": '[PlaceOrder] user_id="{id}" user_currency="USD"',
-    "GetQuote": "[GetQuote] received request",
-    "ShipOrder": "[ShipOrder] received request",
-    "GetAds": "received ad request (context_words=[{id}])",
-}
-BACKGROUND = {
-    "redis-cart": "1:M * 100 changes in 300 seconds. Saving...",
-    "tidb-tidb": '[INFO] [gc_worker.go:1082] ["[gc worker] start gc"] [safePoint=4563]',
-    "tidb-pd": '[INFO] [cluster.go:545] ["store heartbeat"] [store-id=1]',
-    "tidb-tikv": '[INFO] [raft_log_engine.rs:421] ["purge raft log"] [regions=63]',
-}
+def _served(system: System) -> dict[tuple[str, str], str]:
+    """What a component logs when it serves an operation ("{id}" is a user, order or product id)."""
+    return {(name, op_name): step.log for name, comp in system.components.items()
+            for op_name, op in comp.operations.items() for step in op.steps[:1] if step.log}
+
+
+def _optional(system: System) -> set[tuple[str, str]]:
+    """Caller -> callee pairs whose every call is optional: their failures are warnings of the caller's."""
+    made: dict[tuple[str, str], bool] = {}
+    for flow in flows(system):
+        for node in flow.nodes[1:]:
+            pair = (flow.nodes[node.parent].service, node.service)
+            made[pair] = made.get(pair, True) and node.optional
+    return {pair for pair, optional in made.items() if optional}
 
 
 def _esc(text: str) -> str:
@@ -85,18 +72,22 @@ class _Events:
         })
 
 
-def _status(route: str, failed) -> np.ndarray:
-    """The frontend's HTTP status: 500 for a failed request; a cart update redirects (302); else 200."""
-    return np.where(failed, "500", "302" if route == "POST /cart" else "200")
+def _status(flow: Flow, failed) -> np.ndarray:
+    """The entry's HTTP status: 500 for a failed request, else its operation's (a cart update redirects: 302)."""
+    return np.where(failed, "500", str(flow.status))
 
 
 def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untraced: float,
-              frontend_err: np.ndarray) -> pl.DataFrame:
+              entry_err: np.ndarray) -> pl.DataFrame:
     """All log rows of CST hour `hour`, sorted by time, with the challenge's columns.
 
-    The frontend logs every request it serves: the traced ones with their calls, and `untraced` more a
-    minute (at the day's mean load) whose failure ratio per minute and pod is `frontend_err`."""
+    An entry that keeps an access log logs every request it serves: the traced ones with their calls, and `untraced`
+    more a minute (at the day's mean load) whose failure ratio per minute and pod is `entry_err`."""
     topo = day.topo
+    system = topo.system
+    entry = system.components[system.entry]
+    served, optional_pairs = _served(system), _optional(system)
+    by_route = {flow.route: flow for flow in flows(system)}
     calls = traffic.calls
     methods = list(traffic.methods.index)
     events = _Events()
@@ -105,23 +96,25 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
         svc_callee = topo.service_of[topo.pods[callee]]
         svc_caller = topo.service_of[topo.pods[caller]]
         if root:
-            route = methods[method]
-            http = _http(route)
-            events.add(ts - calls.duration_us[idx], caller, "debug", "request started", http)
-            events.add(ts, caller, "error" if kind else "debug", "request complete",
-                       f'{http}"http.resp.status":{_status(route, kind)},')
+            if entry.access_log:
+                route = methods[method]
+                http = _http(route)
+                events.add(ts - calls.duration_us[idx], caller, "debug", "request started", http)
+                events.add(ts, caller, "error" if kind else "debug", "request complete",
+                           f'{http}"http.resp.status":{_status(by_route[route], kind)},')
         elif kind == 0:
-            text = SERVED.get(methods[method])
+            text = served.get((svc_callee, methods[method]))
             if text:
                 events.add(ts - calls.duration_us[idx], callee, "info", text)
         else:
             name, code, desc = status_text(KINDS[kind], topo, topo.pods[callee])
-            text = f"{FAILED[svc_callee]}: rpc error: code = {name} desc = {desc}"
-            optional = svc_caller == "frontend" and svc_callee in ("adservice", "recommendationservice")
-            message = "request error" if svc_caller == "frontend" and not optional else text
+            text = f"{system.components[svc_callee].failure}: rpc error: code = {name} desc = {desc}"
+            optional = (svc_caller, svc_callee) in optional_pairs
+            message = "request error" if svc_caller == system.entry and entry.access_log and not optional else text
             extra = f'"error":"{_esc(text)}",' if message != text else ""
             events.add(ts, caller, "warning" if optional else "error", message, extra)
-    _access_log(day, hour, untraced, frontend_err, events, rng)
+    if entry.access_log:
+        _access_log(day, hour, untraced, entry_err, events, rng)
     for burst in day.bursts:
         lo, hi = max(burst.start, hour * 60), min(burst.end, hour * 60 + 60)
         for pod in burst.pods:
@@ -130,7 +123,7 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
                 t = _minute_us(day, minute) + rng.integers(0, 60_000_000, n)
                 for i, text in enumerate(rng.choice(burst.messages, n)):
                     events.add(t[i], topo.index(pod), burst.severity, str(text))
-    for service, text in BACKGROUND.items():
+    for service, text in ((c.name, c.background_log) for c in system.components.values() if c.background_log):
         pod = topo.pods_of(service)[0]
         events.add(_minute_us(day, hour * 60) + rng.integers(0, 3_600_000_000, 6), topo.index(pod), "info", text)
     return _render(events.frame(), topo, rng)
@@ -141,17 +134,18 @@ def _http(route: str) -> str:
     return f'"http.req.method":"{verb}","http.req.path":"{path}",'
 
 
-def _access_log(day: Day, hour: int, per_minute: float, frontend_err: np.ndarray, events: _Events, rng) -> None:
-    """The frontend's `request complete` line for each request that was not traced, spread over its pods."""
-    pods = [day.topo.index(p) for p in day.topo.pods_of("frontend")]
+def _access_log(day: Day, hour: int, per_minute: float, entry_err: np.ndarray, events: _Events, rng) -> None:
+    """The entry's `request complete` line for each request that was not traced, spread over its pods."""
+    pods = [day.topo.index(p) for p in day.topo.pods_of(day.topo.system.entry)]
     minutes = np.arange(hour * 60, hour * 60 + 60)
-    for route, share, _ in FLAT_FLOWS:
-        counts = rng.poisson(per_minute * share * day.load[minutes])
+    for flow in flows(day.topo.system):
+        route = flow.route
+        counts = rng.poisson(per_minute * flow.share * day.load[minutes])
         minute = np.repeat(minutes, counts)
         pod = rng.choice(len(pods), minute.size)
-        failed = rng.random(minute.size) < frontend_err[minute, pod]
+        failed = rng.random(minute.size) < entry_err[minute, pod]
         ts = _minute_us(day, 0) + minute * 60_000_000 + rng.integers(0, 60_000_000, minute.size)
-        status = _status(route, failed)
+        status = _status(flow, failed)
         for code in np.unique(status):
             for j, p in enumerate(pods):
                 pick = (status == code) & (pod == j)
@@ -177,7 +171,8 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
     pods = pl.Series([p for p in topo.pods])
     services = pl.Series([topo.service_of[p] for p in topo.pods])
     nodes = pl.Series([topo.node_of[p] for p in topo.pods])
-    agents = {node: f"filebeat-filebeat-{rng.integers(36**5):07x}"[:23] for node in NODES}
+    agents = {node: f"filebeat-filebeat-{rng.integers(36**5):07x}"[:23] for node in topo.system.nodes}
+    loggers = pl.Series([topo.component(p).rpc_service or topo.service_of[p] for p in topo.pods])
     df = df.sort("ts")
     df = df.with_columns(
         time=pl.from_epoch("ts", time_unit="us").dt.replace_time_zone("UTC"),
@@ -185,33 +180,34 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
         service=services.gather(df["pod"].to_numpy()),
         node=nodes.gather(df["pod"].to_numpy()),
         id=pl.Series(ids),
+        logger=loggers.gather(df["pod"].to_numpy()),
     ).with_columns(pl.col("text", "esc").str.replace("{id}", pl.col("id"), literal=True))
-    style = pl.col("service").replace_strict(STYLE, default="plain")
+    style = pl.col("service").replace_strict({c.name: c.log_style for c in topo.system.components.values()})
     sev_lower, sev_upper = pl.col("severity").str.to_lowercase(), pl.col("severity").str.to_uppercase()
     esc = pl.col("esc")
     iso = pl.col("time").dt.strftime("%Y-%m-%dT%H:%M:%S%.9fZ")
     epoch_us = pl.col("ts")
     message = (
-        pl.when(style == "go").then(pl.concat_str([
+        pl.when(style == "go-json").then(pl.concat_str([
             pl.lit("{"), pl.col("extra"), pl.lit('"message":"'), esc, pl.lit('","severity":"'), sev_lower,
             pl.lit('","timestamp":"'), iso, pl.lit('"}')]))
-        .when(style == "java").then(pl.concat_str([
+        .when(style == "log4j-json").then(pl.concat_str([
             pl.lit('{"instant":{"epochSecond":'), (epoch_us // 1_000_000).cast(pl.String),
             pl.lit(',"nanoOfSecond":'), (epoch_us % 1_000_000 * 1000).cast(pl.String),
             pl.lit('},"thread":"grpc-default-executor-'), (epoch_us % 7).cast(pl.String), pl.lit('","level":"'),
-            sev_upper.replace("WARNING", "WARN"), pl.lit('","loggerName":"hipstershop.AdService","message":"'), esc,
+            sev_upper.replace("WARNING", "WARN"), pl.lit('","loggerName":"'), pl.col("logger"), pl.lit('","message":"'), esc,
             pl.lit('","endOfBatch":false,"loggerFqcn":"org.apache.logging.log4j.spi.AbstractLogger"}')]))
-        .when(style == "python").then(pl.concat_str([
+        .when(style == "python-json").then(pl.concat_str([
             pl.lit('{"timestamp": '), (epoch_us / 1e6).round(3).cast(pl.String), pl.lit(', "severity": "'), sev_upper,
             pl.lit('", "name": "'), pl.col("service"), pl.lit('-server", "message": "'), esc, pl.lit('"}')]))
-        .when(style == "node").then(pl.concat_str([
+        .when(style == "pino").then(pl.concat_str([
             pl.lit('{"severity":"'), sev_lower, pl.lit('","time":'), (epoch_us // 1000).cast(pl.String),
             pl.lit(',"pid":1,"hostname":"'), pl.col("pod_name"), pl.lit('","name":"'), pl.col("service"),
             pl.lit('-server","message":"'), esc, pl.lit('"}')]))
         .otherwise(pl.col("text"))
     )
     return df.select(
-        pl.lit(NAMESPACE).alias("k8_namespace"),
+        pl.lit(topo.system.namespace).alias("k8_namespace"),
         pl.col("time").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").alias("@timestamp"),
         pl.col("node").replace_strict(agents).alias("agent_name"),
         pl.col("pod_name").alias("k8_pod"),

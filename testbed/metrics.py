@@ -5,15 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .topology import NAMESPACE, NODES, SERVICES
-from .workload import BASE_ERR, FRONTEND_RPM, MINUTES, Day, requests_per_frontend_request
+from .workload import BASE_ERR, MINUTES, Day, requests_per_entry_request
 
 APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
 INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
                  "object_type", "pod", "sql_type", "type")
 RETRIES = 0.3  # tries a refusing pod gets, per call it would have served (reconnect back-off)
-DB_FILES = {"tidb": "infra/infra_tidb/infra_tidb", "tikv": "other/infra_tikv", "pd": "other/infra_pd"}
-DB_POD = {"tidb": "tidb-tidb-0", "tikv": "tidb-tikv-0", "pd": "tidb-pd-0"}
 
 
 def _times(day: Day) -> pa.Array:
@@ -26,10 +23,11 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
     `expected_latency`. A minute's rrt_max is its slowest requests': a few times its mean, or its slowest
     operation's time with its tail, whichever is longer."""
     topo = day.topo
+    system = topo.system
     pod_ms, pod_err, slowest = expected
-    per_request = requests_per_frontend_request()
+    per_request = requests_per_entry_request(system)
     times = _times(day)
-    traced = SERVICES + ("redis-cart",)
+    traced = [c.name for c in system.components.values() if c.apm]
     out: dict[str, pa.Table] = {}
     by_service: dict[str, list[dict]] = {s: [] for s in traced}
     for service in traced:
@@ -40,7 +38,7 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
         # a restarting pod gets none.
         routed = ~day.unrouted[:, idx]
         share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
-        rate = FRONTEND_RPM * day.load * per_request[service]
+        rate = system.requests_per_minute * day.load * per_request[service]
         for j, (pod, i) in enumerate(zip(pods, idx)):
             tries = np.where(day.unreachable[:, i], RETRIES, 1.0)
             request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * tries)
@@ -105,19 +103,22 @@ def infra_tables(day: Day) -> dict[str, pa.Table]:
     """Relative path (without the date suffix) -> table, one per KPI."""
     topo = day.topo
     out = {}
-    pod_labels = [dict(instance=topo.node_of[p], namespace=NAMESPACE, object_type="pod", pod=p) for p in topo.pods]
+    system = topo.system
+    pod_labels = [dict(instance=topo.node_of[p], namespace=system.namespace, object_type="pod", pod=p)
+                  for p in topo.pods]
     for kpi, values in day.pod_kpi.items():
         labels = [dict(lab, device="eth0" if "network" in kpi else ("/dev/vda" if "fs_" in kpi else ""))
                   for lab in pod_labels]
         out[f"infra/infra_pod/infra_pod_{kpi}"] = _infra_table(day, kpi, values, labels)
-    node_labels = [dict(instance=n, kubernetes_node=n, object_type="node") for n in NODES]
+    node_labels = [dict(instance=n, kubernetes_node=n, object_type="node") for n in system.nodes]
     for kpi, values in day.node_kpi.items():
         labels = [dict(lab, mountpoint="/" if "filesystem" in kpi else "",
                        device="eth0" if "network" in kpi else ("vda" if "disk" in kpi else "")) for lab in node_labels]
         out[f"infra/infra_node/infra_node_{kpi}"] = _infra_table(day, kpi, values, labels)
     for part, kpis in day.db_kpi.items():
-        pod = DB_POD[part]
-        labels = [dict(instance=topo.node_of[pod], namespace="tidb", object_type=part, pod=pod)]
+        comp = system.components[part]
+        pod = topo.pods_of(part)[0]
+        labels = [dict(instance=topo.node_of[pod], namespace=comp.namespace, object_type=comp.source, pod=pod)]
         for kpi, values in kpis.items():
-            out[f"{DB_FILES[part]}_{kpi}"] = _infra_table(day, kpi, values[:, None], labels)
+            out[f"{comp.metrics_file}_{kpi}"] = _infra_table(day, kpi, values[:, None], labels)
     return out

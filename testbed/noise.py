@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .topology import NODES, SERVICES, WORKERS
 from .workload import MINUTES, Day, LogBurst
 
 
 def add_noise(day: Day, rng: np.random.Generator) -> None:
     """A busy node, short pod CPU spikes, a slow dependency and stray warnings, placed at random."""
     topo = day.topo
+    system = topo.system
 
     def window(lo: int, hi: int) -> slice:
         length = int(rng.integers(lo, hi))
@@ -18,13 +18,13 @@ def add_noise(day: Day, rng: np.random.Generator) -> None:
         return slice(start, start + length)
 
     for _ in range(3):  # a batch job keeps a node busy
-        sl, node = window(20, 45), NODES.index(str(rng.choice(WORKERS)))
+        sl, node = window(20, 45), system.nodes.index(str(rng.choice(system.workers)))
         day.node_kpi["node_cpu_usage_rate"][sl, node] += rng.uniform(15, 30)
     for _ in range(6):  # a pod's CPU spikes for a few minutes
         sl, pod = window(2, 6), int(rng.integers(len(topo.pods)))
         day.pod_kpi["pod_cpu_usage"][sl, pod] *= rng.uniform(2, 4)
     for _ in range(3):  # a dependency is slow for a while
-        sl, service = window(4, 10), str(rng.choice(SERVICES))
+        sl, service = window(4, 10), str(rng.choice(system.services))
         day.own_factor[sl, [topo.index(p) for p in topo.pods_of(service)]] *= rng.uniform(1.3, 1.8)
     for _ in range(4):  # stray warnings
         sl, pod = window(3, 8), str(rng.choice(topo.pods))

@@ -66,7 +66,7 @@ def load_schedule(path: Path, topo: Topology, limit: int | None = None) -> list[
         if missing:
             raise ScheduleError(f"{where}: missing field {', '.join(missing)}")
         try:
-            fault = faults.get(row["fault_type"])
+            fault = faults.get(row["fault_type"], topo.system)
             target = fault.resolve(topo, row["instance"])
             start, end = parse_time(row["start_time"]), parse_time(row["end_time"])
         except ScheduleError as e:
@@ -84,7 +84,7 @@ def load_schedule(path: Path, topo: Topology, limit: int | None = None) -> list[
 def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
     """`n` cases an hour apart, cycling through every fault type in a seeded order."""
     rng = np.random.default_rng([seed, 3])
-    names = list(rng.permutation(sorted(faults.FAULTS)))
+    names = list(rng.permutation(sorted(topo.system.faults)))
     cases = []
     for i in range(n):
         fault = faults.FAULTS[names[i % len(names)]]
@@ -95,10 +95,7 @@ def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
         end = start + (dt.timedelta(seconds=fault.window_seconds) if fault.window_seconds else
                        dt.timedelta(minutes=minutes))
         uuid = f"{rng.bytes(4).hex()}-{i}"
-        truth = dict(fault_category=fault.category, fault_type=fault.name, **target.truth(topo),
-                     start_time=format_time(start), end_time=format_time(end), uuid=uuid,
-                     key_observations=fault.key_observations, key_metrics=fault.key_metrics,
-                     fault_description=fault.fault_description)
+        truth = fault.truth(topo, target, format_time(start), format_time(end), uuid)
         cases.append(Case(uuid, fault, target, start, end, truth))
     return cases
 

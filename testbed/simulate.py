@@ -18,9 +18,9 @@ from .logs import hour_logs
 from .metrics import apm_tables, infra_tables
 from .noise import add_noise
 from .schedule import Case, write_case_files
-from .topology import NAMESPACE, SERVICES, STORES, Topology
+from .topology import Topology
 from .traces import simulate_hour
-from .workload import CST, FRONTEND_RPM, TRACES_PER_MIN_AT_SCALE_1, Day, build_day, expected_latency
+from .workload import CST, Day, build_day, expected_latency
 
 LOG_SCHEMA = pa.schema([(c, pa.string()) for c in
                         ("k8_namespace", "@timestamp", "agent_name", "k8_pod", "message", "k8_node_name")])
@@ -72,16 +72,17 @@ def hash_uuid(uuid: str) -> int:
 
 def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary, progress) -> None:
     date = day.date.isoformat()
+    system = day.topo.system
     rng = np.random.default_rng([seed, day.date.toordinal(), 6])
     expected = expected_latency(day)
     apm = apm_tables(day, expected, rng)
-    frontend = [day.topo.index(p) for p in day.topo.pods_of("frontend")]
-    frontend_err = expected[1][:, frontend]
-    untraced = (FRONTEND_RPM - TRACES_PER_MIN_AT_SCALE_1) * scale
+    entry = [day.topo.index(p) for p in day.topo.pods_of(system.entry)]
+    entry_err = expected[1][:, entry]
+    untraced = (system.requests_per_minute - system.traces_per_minute) * scale
     for name, table in apm.items():
-        kind = "service" if name in set(SERVICES) | set(STORES) else "pod"
+        kind = "service" if name in system.components else "pod"
         _save(table, folder / "metric-parquet" / "apm" / kind / f"{kind}_{name}_{date}.parquet", summary)
-    _save(pa.concat_tables(apm.values()), folder / "metric-parquet" / "apm" / f"pod_ns_{NAMESPACE}_{date}.parquet",
+    _save(pa.concat_tables(apm.values()), folder / "metric-parquet" / "apm" / f"pod_ns_{system.namespace}_{date}.parquet",
           summary)
     for rel, table in infra_tables(day).items():
         _save(table, folder / "metric-parquet" / f"{rel}_{date}.parquet", summary)
@@ -91,7 +92,7 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
     for hour in range(24):
         hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
         traffic = simulate_hour(day, hour, scale, hour_rng)
-        logs = hour_logs(day, hour, traffic, hour_rng, untraced, frontend_err).to_arrow().cast(LOG_SCHEMA)
+        logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow().cast(LOG_SCHEMA)
         stem = f"{date}_{hour:02d}-00-00.parquet"
         _save(traffic.spans, folder / "trace-parquet" / f"trace_jaeger-span_{stem}", summary)
         _save(logs, folder / "log-parquet" / f"log_filebeat-server_{stem}", summary)

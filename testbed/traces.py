@@ -1,6 +1,6 @@
 """Jaeger spans for one hour of simulated traffic, in the challenge's nested parquet types.
 
-Every user request walks one flow of `workload.FLOWS`. Per flow and hour all requests
+Every user request walks one flow (`workload.flows`). Per flow and hour all requests
 are drawn at once (numpy arrays, one per call in the flow): which pod serves each
 call, its own time, delays and failures from the `Day`'s effect fields; durations are
 summed bottom-up and start times laid out top-down. A client span lives in the
@@ -16,14 +16,12 @@ import numpy as np
 import pyarrow as pa
 
 from .faults import ERRORS, TRANSIENT, status_text
-from .topology import GRPC, NAMESPACE, OWN_MS, Topology
-from .workload import BASE_ERR, FLAT_FLOWS, OPTIONAL_CALLS, TRACES_PER_MIN_AT_SCALE_1, Day
+from .topology import Topology
+from .workload import BASE_ERR, Day, flows
 
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
 _CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
-_DEADLINE_MS = 1000.0
-# Calls with a deadline of their own: hipstershop's frontend waits 100 ms for ads, then shows none.
-DEADLINES_MS = {("frontend", "adservice"): 100.0}
+_DEADLINE_MS = 1000.0  # a call's deadline where its step names none
 
 KV = pa.struct([("key", pa.string()), ("type", pa.string()), ("value", pa.string())])
 SPAN_SCHEMA = pa.schema([
@@ -94,9 +92,10 @@ def _pick(rng, candidates: list[int], minute: np.ndarray, unrouted: np.ndarray) 
 def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -> Hour:
     """All spans whose request starts in CST hour `hour` of `day`."""
     topo = day.topo
+    system = topo.system
     t_day = int(day.start_utc.timestamp() * 1e6)
     minutes = np.arange(hour * 60, hour * 60 + 60)
-    rate = TRACES_PER_MIN_AT_SCALE_1 * scale * day.load[minutes]
+    rate = system.traces_per_minute * scale * day.load[minutes]
     vocab, methods = Vocab(), Vocab()
     spans: dict[str, list] = {k: [] for k in ("trace", "span", "parent", "start", "dur", "pod", "op", "vals")}
     calls: dict[str, list] = {k: [] for k in ("ts", "caller", "callee", "method", "kind", "dur", "root")}
@@ -109,8 +108,9 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
     ip_vocab = np.array([vocab(topo.ip_of[p]) for p in topo.pods])
     ports = np.array([vocab(str(p)) for p in range(33000, 33400)])
 
-    for route, share, nodes in FLAT_FLOWS:
-        counts = rng.poisson(rate * share)
+    for flow in flows(system):
+        route, nodes = flow.route, flow.nodes
+        counts = rng.poisson(rate * flow.share)
         n = int(counts.sum())
         if n == 0:
             continue
@@ -128,7 +128,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         for k, node in enumerate(nodes):
             cands = [topo.index(p) for p in topo.pods_of(node.service)]
             pod[k] = _pick(rng, cands, minute, day.unrouted)
-            own[k] = (OWN_MS[node.service] * rng.lognormal(0, 0.35, n) * day.own_factor[minute, pod[k]]
+            own[k] = (system.components[node.service].own_ms * rng.lognormal(0, 0.35, n) * day.own_factor[minute, pod[k]]
                       + day.own_extra_ms[minute, pod[k]])
             own_fail = rng.random(n) < day.own_err[minute, pod[k]]
             own_kinds = np.array([KINDS.index(day.own_err_kind.get(topo.pods[i], "transient")) for i in cands])
@@ -158,11 +158,11 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         for k in reversed(range(k_nodes)):
             server[k] = own[k] + sum((client[c] for c in children[k]), np.zeros(n))
             for c in children[k]:
-                if (nodes[k].service, nodes[c].service) not in OPTIONAL_CALLS:
+                if not nodes[c].optional:
                     kind[k] = np.where((kind[k] == 0) & (kind[c] > 0), kind[c], kind[k])
             client[k] = np.where(connect[k], rng.uniform(0.5, 3.0, n), server[k] + net[k])
             if nodes[k].parent >= 0:  # a caller gives up at its deadline
-                limit = DEADLINES_MS.get((nodes[nodes[k].parent].service, nodes[k].service), _DEADLINE_MS)
+                limit = nodes[k].deadline_ms or _DEADLINE_MS
                 kind[k] = np.where((kind[k] == 0) & (client[k] > limit), KINDS.index("deadline"), kind[k])
                 late = kind[k] == KINDS.index("deadline")
                 client[k] = np.where(late, limit * rng.uniform(1.0, 1.05, n), client[k])
@@ -197,7 +197,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
             rows = []  # (mask, span ids, parent ids, start, duration, pod, kind value, peer ip, peer port, status)
             if p >= 0:
                 span_id[k, "client"] = _hex_ids(rng, n, 8)
-                svc_name, port = GRPC[node.service]
+                port = system.components[node.service].port
                 rows.append((reached[p], span_id[k, "client"], span_id[p, "server"], c_start[k], client[k],
                              pod[p], fixed[3], np.full(n, vocab(node.service)), np.full(n, vocab(str(port))),
                              kind[k], node.service))
@@ -208,8 +208,9 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                 rows.append((reached[k], span_id[k, "server"], np.full(n, b"", "S16"), s_start[k], server[k],
                              pod[k], fixed[2], np.full(n, vocab("")), np.full(n, vocab("")), server_kind, ""))
             for mask, sid, parent, start, dur, span_pod, kind_v, peer_ip, peer_port, status, callee in rows:
-                rpc_service = vocab(GRPC[callee][0] if callee else "frontend")
-                op = f"{GRPC[callee][0]}/{node.method}" if callee else route
+                rpc_name = system.components[callee].rpc_service if callee else ""
+                rpc_service = vocab(rpc_name or system.entry)
+                op = f"{rpc_name}/{node.method}" if callee else route
                 vals = np.stack([
                     np.full(n, fixed[0]), np.full(n, rpc_service), np.full(n, vocab(node.method)), peer_ip, peer_port,
                     np.full(n, fixed[1]), code_vocab[status], msg_table[status, pod[k]], np.full(n, kind_v),
@@ -251,7 +252,8 @@ def _tile(strings, n: int) -> pa.Array:
 def _process_tags(topo: Topology) -> pa.ListArray:
     keys = ("exporter", "float", "ip", "name", "node_name", "namespace")
     types = ("string", "float64", "string", "string", "string", "string")
-    values = [v for p in topo.pods for v in ("jaeger", "312.23", topo.ip_of[p], p, topo.node_of[p], NAMESPACE)]
+    namespace = topo.system.namespace
+    values = [v for p in topo.pods for v in ("jaeger", "312.23", topo.ip_of[p], p, topo.node_of[p], namespace)]
     return _kv(_tile(keys, len(topo.pods)), _tile(types, len(topo.pods)), pa.array(values), len(keys))
 
 

@@ -10,110 +10,94 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
-from .topology import NODES, OWN_MS, SERVICES, STORES, Topology
+from .system import System
+from .topology import Topology
 
 MINUTES = 1440
 CST = dt.timezone(dt.timedelta(hours=8))
 
-# Full-volume frontend requests per minute (APM metrics); traces and logs are a
-# `scale`-sized sample of it. At scale 1.0 one day is a few million spans.
-FRONTEND_RPM = 3000.0
-TRACES_PER_MIN_AT_SCALE_1 = 150.0
 # Share of requests that fail for no reason of a fault ("transport is closing").
 BASE_ERR = 0.0005
-
-# User flows at the frontend: (http route, share of requests, calls). A call is
-# (service, method, calls made while serving it). Stores are called but not traced.
-_CART = ("cartservice", "GetCart", (("redis-cart", "HGET", ()),))
-_PRODUCT = ("productcatalogservice", "GetProduct", (("tidb-tidb", "SELECT", ()),))
-_LIST = ("productcatalogservice", "ListProducts", (("tidb-tidb", "SELECT", ()),))
-_RECS = ("recommendationservice", "ListRecommendations", (_LIST,))
-_CURRENCIES = ("currencyservice", "GetSupportedCurrencies", ())
-_CONVERT = ("currencyservice", "Convert", ())
-_ADS = ("adservice", "GetAds", ())
-_QUOTE = ("shippingservice", "GetQuote", ())
-FLOWS = (
-    ("GET /", 0.30, (_CURRENCIES, _LIST, _CART, _CONVERT, _ADS)),
-    ("GET /product", 0.35, (_PRODUCT, _CURRENCIES, _CART, _CONVERT, _RECS, _ADS)),
-    ("GET /cart", 0.15, (_CURRENCIES, _CART, _RECS, _QUOTE, _CONVERT, _PRODUCT)),
-    ("POST /cart", 0.12, (_PRODUCT, ("cartservice", "AddItem", (("redis-cart", "HSET", ()),)))),
-    (
-        "POST /cart/checkout",
-        0.08,
-        (
-            (
-                "checkoutservice",
-                "PlaceOrder",
-                (
-                    _CART,
-                    _PRODUCT,
-                    _CONVERT,
-                    _QUOTE,
-                    ("paymentservice", "Charge", ()),
-                    ("shippingservice", "ShipOrder", ()),
-                    ("emailservice", "SendOrderConfirmation", ()),
-                    ("cartservice", "EmptyCart", (("redis-cart", "DEL", ()),)),
-                ),
-            ),
-            _RECS,
-            _CURRENCIES,
-        ),
-    ),
-)
-# Failures of these calls are logged by the caller but do not fail its own request.
-OPTIONAL_CALLS = {("frontend", "adservice"), ("frontend", "recommendationservice")}
-# TiDB serves productcatalog through tidb-tidb, which needs tikv for data and pd for timestamps.
-_TIDB_CHILDREN = (("tidb-pd", "TSO", ()), ("tidb-tikv", "Get", ()))
 
 
 @dataclass(frozen=True)
 class Node:
-    """One call in a flattened flow; index 0 is the frontend's own server span."""
+    """One call in a flattened flow; index 0 is the entry's own server span."""
 
     parent: int
     service: str
     method: str
     traced: bool
+    p: float = 1.0  # the share of the requests that reach its parent that make this call
+    optional: bool = False  # its failure does not fail its caller
+    deadline_ms: float | None = None  # its caller gives up after this long
 
 
-def flatten(route: str, calls: tuple) -> list[Node]:
-    nodes = [Node(-1, "frontend", route, True)]
+@dataclass(frozen=True)
+class Flow:
+    """What one kind of request at the entry does: its operation, its share of the requests, its calls."""
 
-    def walk(parent: int, calls: tuple) -> None:
-        for service, method, children in calls:
-            nodes.append(Node(parent, service, method, service not in STORES))
-            here = len(nodes) - 1
-            walk(here, _TIDB_CHILDREN if service == "tidb-tidb" else children)
-
-    walk(0, calls)
-    return nodes
+    route: str
+    share: float
+    nodes: tuple[Node, ...]
+    status: int = 200  # the HTTP status the entry answers it with
 
 
-FLAT_FLOWS = tuple((route, share, flatten(route, calls)) for route, share, calls in FLOWS)
+@cache
+def flows(system: System) -> tuple[Flow, ...]:
+    """Every operation of the entry's mix flattened into the calls it makes, depth first."""
+    out = []
+    for route, share in system.mix.items():
+        nodes = [Node(-1, system.entry, route, True)]
+
+        def walk(parent: int, service: str, operation: str) -> None:
+            for step in system.components[service].operations[operation].calls:
+                for _ in range(step.times):
+                    comp = system.components[step.service]
+                    nodes.append(Node(parent, step.service, step.operation, comp.traced, step.p, step.optional,
+                                      step.deadline_ms))
+                    walk(len(nodes) - 1, step.service, step.operation)
+
+        walk(0, system.entry, route)
+        out.append(Flow(route, share, tuple(nodes), system.components[system.entry].operations[route].status))
+    return tuple(out)
 
 
-def calls_per_request() -> dict[str, dict[str, float]]:
-    """Mean number of calls each service makes to each callee per request it serves."""
+def reach(flow: Flow) -> list[float]:
+    """The share of the flow's requests that make each of its calls."""
+    out: list[float] = []
+    for node in flow.nodes:
+        out.append(node.p * (out[node.parent] if node.parent >= 0 else 1.0))
+    return out
+
+
+@cache
+def calls_per_request(system: System) -> dict[str, dict[str, tuple[float, float]]]:
+    """Mean number of calls each service makes to each callee per request it serves, and of them the calls whose
+    failure fails it (not optional)."""
     served: dict[str, float] = {}
-    made: dict[str, dict[str, float]] = {}
-    for _, share, nodes in FLAT_FLOWS:
-        for node in nodes:
+    made: dict[str, dict[str, list[float]]] = {}
+    for flow in flows(system):
+        for node, share in zip(flow.nodes, reach(flow)):
+            share *= flow.share
             served[node.service] = served.get(node.service, 0.0) + share
             if node.parent >= 0:
-                caller = nodes[node.parent].service
-                made.setdefault(caller, {})
-                made[caller][node.service] = made[caller].get(node.service, 0.0) + share
-    return {c: {d: n / served[c] for d, n in callees.items()} for c, callees in made.items()}
+                counts = made.setdefault(flow.nodes[node.parent].service, {}).setdefault(node.service, [0.0, 0.0])
+                counts[0] += share
+                counts[1] += 0.0 if node.optional else share
+    return {c: {d: (n / served[c], m / served[c]) for d, (n, m) in callees.items()} for c, callees in made.items()}
 
 
-def requests_per_frontend_request() -> dict[str, float]:
+@cache
+def requests_per_entry_request(system: System) -> dict[str, float]:
     out: dict[str, float] = {}
-    for _, share, nodes in FLAT_FLOWS:
-        for node in nodes:
-            out[node.service] = out.get(node.service, 0.0) + share
+    for flow in flows(system):
+        for node, share in zip(flow.nodes, reach(flow)):
+            out[node.service] = out.get(node.service, 0.0) + share * flow.share
     return out
 
 
@@ -147,77 +131,6 @@ NODE_KPIS = {
     "node_network_transmit_packets_total": (1900.0, 0.1, 1.0),
     "node_sockstat_TCP_inuse": (180.0, 0.05, 0.5),
 }
-TIDB_KPIS = {
-    "tidb": {
-        "connection_count": (24.0, 0.05, 0.3),
-        "failed_query_ops": (0.0, 0.0, 0.0),
-        "duration_99th": (0.012, 0.1, 0.3),
-        "duration_95th": (0.006, 0.1, 0.3),
-        "duration_avg": (0.002, 0.1, 0.3),
-        "qps": (95.0, 0.08, 1.0),
-        "slow_query": (0.0, 0.0, 0.0),
-        "block_cache_size": (1.6e8, 0.01, 0.0),
-        "uptime": (0.0, 0.0, 0.0),  # seconds since start, derived
-        "cpu_usage": (0.25, 0.1, 0.8),
-        "memory_usage": (6.5e8, 0.02, 0.1),
-        "statement_avg_queries": (48.0, 0.08, 1.0),
-        "transaction_retry": (0.0, 0.0, 0.0),
-        "ddl_job_count": (0.0, 0.0, 0.0),
-        "top_sql_cpu": (0.05, 0.2, 0.8),
-        "server_is_up": (1.0, 0.0, 0.0),
-    },
-    "pd": {
-        "storage_capacity": (1.0e11, 0.0, 0.0),
-        "storage_size": (2.1e9, 0.0, 0.0),
-        "storage_used_ratio": (0.021, 0.0, 0.0),
-        "store_up_count": (1.0, 0.0, 0.0),
-        "store_down_count": (0.0, 0.0, 0.0),
-        "store_unhealth_count": (0.0, 0.0, 0.0),
-        "store_low_space_count": (0.0, 0.0, 0.0),
-        "store_slow_count": (0.0, 0.0, 0.0),
-        "abnormal_region_count": (0.0, 0.0, 0.0),
-        "region_health": (0.0, 0.0, 0.0),
-        "leader_primary": (1.0, 0.0, 0.0),
-        "region_count": (63.0, 0.0, 0.0),
-        "leader_count": (63.0, 0.0, 0.0),
-        "learner_count": (0.0, 0.0, 0.0),
-        "witness_count": (0.0, 0.0, 0.0),
-        "cpu_usage": (0.04, 0.15, 0.5),
-        "memory_usage": (1.8e8, 0.02, 0.0),
-    },
-    "tikv": {
-        "store_size": (2.1e9, 0.0, 0.0),
-        "available_size": (8.7e10, 0.0, 0.0),
-        "capacity_size": (1.0e11, 0.0, 0.0),
-        "cpu_usage": (0.3, 0.1, 0.8),
-        "memory_usage": (1.4e9, 0.02, 0.1),
-        "io_util": (0.04, 0.2, 0.5),
-        "write_wal_mbps": (0.4, 0.2, 0.6),
-        "read_mbps": (0.8, 0.2, 0.8),
-        "qps": (150.0, 0.08, 1.0),
-        "grpc_qps": (160.0, 0.08, 1.0),
-        "threadpool_readpool_cpu": (0.05, 0.15, 0.8),
-        "raft_propose_wait": (0.0008, 0.15, 0.3),
-        "raft_apply_wait": (0.0006, 0.15, 0.3),
-        "region_pending": (0.0, 0.0, 0.0),
-        "rocksdb_write_stall": (0.0, 0.0, 0.0),
-        "snapshot_apply_count": (0.0, 0.0, 0.0),
-        "server_is_up": (1.0, 0.0, 0.0),
-    },
-}
-# Per-service scale of pod baselines (JVM and Python services are heavier).
-SERVICE_WEIGHT = {
-    "adservice": 2.5,
-    "recommendationservice": 1.6,
-    "emailservice": 1.3,
-    "frontend": 1.8,
-    "redis-cart": 0.6,
-    "tidb-tidb": 3.0,
-    "tidb-tikv": 4.0,
-    "tidb-pd": 1.2,
-}
-
-
 @dataclass(frozen=True)
 class LogBurst:
     """Log lines a fault (or noise) adds: `per_minute` lines from each pod, drawn from `messages`."""
@@ -239,7 +152,7 @@ class Day:
     load: np.ndarray  # (M,) traffic relative to the daily mean
     pod_kpi: dict[str, np.ndarray]  # KPI -> (M, pods)
     node_kpi: dict[str, np.ndarray]  # KPI -> (M, nodes)
-    db_kpi: dict[str, dict[str, np.ndarray]]  # tidb|tikv|pd -> KPI -> (M,)
+    db_kpi: dict[str, dict[str, np.ndarray]]  # component -> its own KPI -> (M,) (a datastore's metrics)
     own_factor: np.ndarray  # (M, pods) multiplies own processing time
     own_extra_ms: np.ndarray  # (M, pods) added to own processing time
     own_err: np.ndarray  # (M, pods) probability a request fails inside the pod
@@ -284,19 +197,21 @@ def build_day(date: dt.date, topo: Topology, seed: int) -> Day:
     load = 1 + 0.35 * np.sin(2 * np.pi * (hours - 9) / 24) + drift - drift.mean()
     pods = topo.pods
     shape_p = (MINUTES, len(pods))
-    weight = np.array([SERVICE_WEIGHT.get(topo.service_of[p], 1.0) for p in pods])
+    system = topo.system
+    weight = np.array([topo.component(p).weight for p in pods])
     pod_kpi = {k: _series(rng, shape_p, spec, load, weight) for k, spec in POD_KPIS.items()}
     pod_kpi["pod_processes"] = np.rint(pod_kpi["pod_processes"])
-    node_kpi = {k: _series(rng, (MINUTES, len(NODES)), spec, load) for k, spec in NODE_KPIS.items()}
-    node_base = rng.uniform(0.8, 1.25, len(NODES))
+    node_kpi = {k: _series(rng, (MINUTES, len(system.nodes)), spec, load) for k, spec in NODE_KPIS.items()}
+    node_base = rng.uniform(0.8, 1.25, len(system.nodes))
     for k in ("node_memory_usage_rate", "node_filesystem_usage_rate", "node_cpu_usage_rate"):
         node_kpi[k] *= node_base
     derive_node_kpis(node_kpi)
-    db_kpi = {
-        part: {k: _series(rng, (MINUTES, 1), spec, load)[:, 0] for k, spec in kpis.items()}
-        for part, kpis in TIDB_KPIS.items()
-    }
-    db_kpi["tidb"]["uptime"] = 86400.0 * 30 + np.arange(MINUTES) * 60.0
+    db_kpi = {name: {k: _series(rng, (MINUTES, 1), (kpi.mean, kpi.noise, kpi.coupling), load)[:, 0]
+                     for k, kpi in comp.kpis.items()} for name, comp in system.components.items() if comp.kpis}
+    for name, comp in system.components.items():
+        for k, kpi in comp.kpis.items():
+            if "uptime" in kpi.roles:  # seconds since the process started, a month ago
+                db_kpi[name][k] = 86400.0 * 30 + np.arange(MINUTES) * 60.0
     zeros = np.zeros(shape_p)
     return Day(
         date=date,
@@ -332,27 +247,25 @@ def expected_latency(day: Day) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     above it however rare it is among their requests.
     """
     topo = day.topo
-    kids = calls_per_request()
-    own = np.array([OWN_MS[topo.service_of[p]] for p in topo.pods]) * 1.06  # lognormal mean
+    kids = calls_per_request(topo.system)
+    own = np.array([topo.component(p).own_ms for p in topo.pods]) * 1.06  # lognormal mean
     pod_ms = own * day.own_factor + day.own_extra_ms
     pod_err = np.clip(BASE_ERR + day.own_err + day.unreachable, 0, 1)
     svc_ms: dict[str, np.ndarray] = {}
     svc_err: dict[str, np.ndarray] = {}
-    for service in _callee_first(kids):
+    for service in _callee_first(kids, topo.system.components):
         idx = [topo.index(p) for p in topo.pods_of(service)]
         extra_ms = np.zeros(MINUTES)
         extra_err = np.zeros(MINUTES)
-        for callee, n in kids.get(service, {}).items():
+        for callee, (n, required) in kids.get(service, {}).items():
             e_ms = day.edge_ms.get((service, callee), 0.0)
             e_err = day.edge_err.get((service, callee), 0.0)
             extra_ms += n * (0.3 + e_ms + svc_ms[callee])
-            if (service, callee) not in OPTIONAL_CALLS:
-                extra_err += n * (e_err + svc_err[callee])
+            if required:
+                extra_err += required * (e_err + svc_err[callee])
         pod_ms[:, idx] += extra_ms[:, None]
         pod_err[:, idx] = np.clip(pod_err[:, idx] + extra_err[:, None], 0, 1)
-        routed = ~day.unrouted[:, idx]
-        weights = np.where(routed.any(1, keepdims=True), routed, True).astype(float)
-        weights /= weights.sum(1, keepdims=True)
+        weights = routed_weights(day, idx)
         svc_ms[service] = (pod_ms[:, idx] * weights).sum(1)
         svc_err[service] = (pod_err[:, idx] * weights).sum(1)
     return pod_ms, pod_err, _slowest(day, own * day.own_factor + day.own_extra_ms)
@@ -363,10 +276,10 @@ def _slowest(day: Day, own_ms: np.ndarray) -> np.ndarray:
     link's delay and the mean over the callee's routed pods of the operation it asks for."""
     topo = day.topo
     children: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for _, _, nodes in FLAT_FLOWS:
-        for k, node in enumerate(nodes):
+    for flow in flows(topo.system):
+        for k, node in enumerate(flow.nodes):
             children.setdefault((node.service, node.method),
-                                [(n.service, n.method) for n in nodes if n.parent == k])
+                                [(n.service, n.method) for n in flow.nodes if n.parent == k])
     op_ms: dict[tuple[str, str], np.ndarray] = {}  # per minute and pod of the operation's service
 
     def time_of(op: tuple[str, str]) -> np.ndarray:
@@ -375,9 +288,7 @@ def _slowest(day: Day, own_ms: np.ndarray) -> np.ndarray:
             idx = [topo.index(p) for p in topo.pods_of(service)]
             total = own_ms[:, idx].copy()
             for callee in children[op]:
-                routed = ~day.unrouted[:, [topo.index(p) for p in topo.pods_of(callee[0])]]
-                weights = np.where(routed.any(1, keepdims=True), routed, True).astype(float)
-                weights /= weights.sum(1, keepdims=True)
+                weights = routed_weights(day, [topo.index(p) for p in topo.pods_of(callee[0])])
                 e_ms = day.edge_ms.get((service, callee[0]), 0.0)
                 total += (0.3 + e_ms + (time_of(callee) * weights).sum(1))[:, None]
             op_ms[op] = total
@@ -390,7 +301,15 @@ def _slowest(day: Day, own_ms: np.ndarray) -> np.ndarray:
     return slowest
 
 
-def _callee_first(kids: dict[str, dict[str, float]]) -> list[str]:
+def routed_weights(day: Day, idx: list[int]) -> np.ndarray:
+    """Each minute, the share of a service's calls each of its pods (`idx`) gets: its routed pods alike, or all
+    of them where none is routed."""
+    routed = ~day.unrouted[:, idx]
+    weights = np.where(routed.any(1, keepdims=True), routed, True).astype(float)
+    return weights / weights.sum(1, keepdims=True)
+
+
+def _callee_first(kids: dict[str, dict], components) -> list[str]:
     order: list[str] = []
 
     def visit(s: str) -> None:
@@ -400,7 +319,7 @@ def _callee_first(kids: dict[str, dict[str, float]]) -> list[str]:
             visit(c)
         order.append(s)
 
-    for s in SERVICES + tuple(STORES):
+    for s in components:
         visit(s)
     return order
 

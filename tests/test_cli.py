@@ -15,7 +15,7 @@ def run(*args):
 def test_simulate_example_from_the_readme(tmp_path):
     result = run("simulate", tmp_path / "out", "--schedule", PHASE_ONE, "--limit", 2, "--scale", 0.002)
     assert result.exit_code == 0, result.output
-    assert "wrote 2 cases over 1 day(s) (2025-06-06)" in result.output
+    assert "wrote 2 cases of hipstershop over 1 day(s) (2025-06-06)" in result.output
     assert len((tmp_path / "out" / "groundtruth.jsonl").read_text().splitlines()) == 2
 
 

@@ -1,0 +1,332 @@
+"""A system the testbed simulates, read from its description (one YAML file, `systems/*.yaml`, checked against
+`systems/schema.json` and then for what a schema cannot say: calls to what is declared, no cycle of synchronous
+calls, faults that apply to what they name). A description that fails is one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from rcalab.errors import DescriptionError
+
+# What a component's language writes its log lines as, where the description names no `log_style`.
+LOG_STYLES = {"go": "go-json", "java": "log4j-json", "python": "python-json", "node": "pino", "javascript": "pino",
+              "typescript": "pino"}
+# How faults move a datastore's own metrics (README, "Describe your system").
+ROLES = {"stops", "uptime", "io", "wait", "pending", "stall", "memory", "cpu", "throughput", "latency",
+         "tail_latency", "failures", "slow", "regions", "watched_up", "watched_down", "watched_abnormal", "lag",
+         "messages"}
+SHIPPED = resources.files("testbed") / "systems"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing an operation does, in order: a call (`service`, `operation`), a message published to a broker's
+    topic (`publish`), or a log line (`log`)."""
+    service: str = ""
+    operation: str = ""
+    p: float = 1.0  # the share of requests that make it
+    times: int = 1  # calls made in a row
+    optional: bool = False  # its failure is logged, and the caller's request still succeeds
+    deadline_ms: float | None = None  # the caller gives up after this long
+    publish: bool = False
+    log: str = ""
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    steps: tuple[Step, ...] = ()
+    method: str | None = None  # the code method that implements it (what a JVM agent's rules name)
+    status: int = 200  # the HTTP status an entry answers it with
+    consumes: str | None = None  # broker.topic it serves, asynchronously
+
+    @property
+    def calls(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.service)
+
+
+@dataclass(frozen=True)
+class Kpi:
+    mean: float
+    noise: float
+    coupling: float  # how strongly it follows the load
+    roles: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    kind: str  # service | database | cache | storage | coordinator | broker
+    namespace: str
+    replicas: int = 1
+    own_ms: float = 1.0
+    weight: float = 1.0
+    language: str = ""
+    log_style: str = "plain"
+    protocol: str = "grpc"
+    rpc_service: str = ""
+    port: int = 0
+    failure: str = ""
+    wraps: str = ""
+    access_log: bool = False
+    apm: bool = False
+    background_log: str = ""
+    watches: str = ""
+    topics: tuple[str, ...] = ()
+    operations: dict[str, Operation] = field(default_factory=dict)
+    source: str = ""  # its own metrics: their source, file and KPIs
+    metrics_file: str = ""
+    kpis: dict[str, Kpi] = field(default_factory=dict)
+
+    @property
+    def traced(self) -> bool:
+        """Whether it writes spans of its own (a datastore or broker is seen only in its clients' spans)."""
+        return self.kind == "service"
+
+
+@dataclass(frozen=True, eq=False)  # one object a description (`load` caches it): known by identity
+class System:
+    name: str
+    description: str
+    namespace: str
+    layout: str
+    workers: tuple[str, ...]
+    others: tuple[str, ...]
+    entry: str
+    mix: dict[str, float]
+    requests_per_minute: float
+    traces_per_minute: float
+    components: dict[str, Component]
+    faults: dict[str, tuple[str, ...]]  # fault type -> what it applies to (kinds, kind:language, link, node)
+    scenarios: dict[str, dict]
+    path: str
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.workers + self.others
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        """The traced components, in the description's order."""
+        return tuple(c for c, comp in self.components.items() if comp.traced)
+
+    def callees(self, component: str) -> list[str]:
+        """What a component calls, sorted."""
+        comp = self.components[component]
+        return sorted({s.service for op in comp.operations.values() for s in op.calls})
+
+    def callers(self, component: str) -> list[str]:
+        """The components that call `component`, sorted."""
+        return sorted(c for c in self.components if component in self.callees(c))
+
+    def calls(self) -> list[tuple[str, str]]:
+        """Every caller -> callee pair, sorted."""
+        return [(c, d) for c in sorted(self.components) for d in self.callees(c)]
+
+    def consumers(self, broker: str, topic: str) -> list[tuple[str, str]]:
+        """(component, operation) that consume a topic, in the description's order."""
+        return [(c, name) for c, comp in self.components.items() for name, op in comp.operations.items()
+                if op.consumes == f"{broker}.{topic}"]
+
+
+def load(name_or_path: str | Path) -> System:
+    """A shipped system by name (`hipstershop`), or a description file."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        shipped = SHIPPED / f"{name_or_path}.yaml"
+        if not shipped.is_file():
+            raise DescriptionError(f"no system '{name_or_path}': give a description file or one of {', '.join(shipped_names())}")
+        return _load(str(shipped))
+    return _load(str(path.resolve()))
+
+
+def shipped_names() -> list[str]:
+    return sorted(p.name.removesuffix(".yaml") for p in SHIPPED.iterdir() if p.name.endswith(".yaml"))
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML with floats as YAML 1.2 and JSON write them: 1e9 and 6.5e8 are numbers (YAML 1.1 reads them as text)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"),
+    list("-+0123456789."))
+
+
+@cache
+def _load(path: str) -> System:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise DescriptionError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise DescriptionError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    try:
+        raw = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise DescriptionError(f"{path}: not valid YAML{at} ({getattr(e, 'problem', None) or e})") from None
+    errors = sorted(_validator().iter_errors(raw), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        e = errors[0]
+        raise DescriptionError(f"{path}: {_field(e.absolute_path) or 'the file'}: {_said(e)}")
+    return _build(raw, path)
+
+
+@cache
+def _validator():
+    schema = json.loads((SHIPPED / "schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _field(parts) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _said(e: jsonschema.ValidationError) -> str:
+    """A schema error in a line: what is wrong with the field."""
+    if e.validator == "oneOf" and isinstance(e.instance, dict):
+        return "a step is one of {call: SERVICE.OPERATION}, {publish: BROKER.TOPIC} or {log: TEXT}"
+    if e.validator == "additionalProperties":
+        return e.message.replace("Additional properties are not allowed", "unknown field(s)")
+    return e.message
+
+
+def _build(raw: dict, path: str) -> System:
+    def fail(where: str, message: str):
+        raise DescriptionError(f"{path}: {where}: {message}")
+
+    namespace = raw["namespace"]
+    components: dict[str, Component] = {}
+    for name, c in raw["components"].items():
+        where = f"components.{name}"
+        kpis = {}
+        metrics = c.get("metrics", {})
+        for kpi, (mean, noise, coupling, roles) in metrics.get("kpis", {}).items():
+            unknown = set(roles) - ROLES
+            if unknown:
+                fail(f"{where}.metrics.kpis.{kpi}", f"unknown role(s) {', '.join(sorted(unknown))} "
+                                                    f"(known: {', '.join(sorted(ROLES))})")
+            kpis[kpi] = Kpi(float(mean), float(noise), float(coupling), frozenset(roles))
+        operations = {}
+        for op_name, op in (c.get("operations") or {}).items():
+            steps = tuple(_step(s) for s in op.get("steps", []))
+            operations[op_name] = Operation(op_name, steps, op.get("method"), op.get("status", 200), op.get("consumes"))
+        rpc = c.get("rpc", {})
+        language = c.get("language", "")
+        components[name] = Component(
+            name=name, kind=c["kind"], namespace=c.get("namespace", namespace), replicas=c.get("replicas", 1),
+            own_ms=float(c.get("own_ms", 1.0)), weight=float(c.get("weight", 1.0)), language=language,
+            log_style=c.get("log_style", LOG_STYLES.get(language, "plain")), protocol=c.get("protocol", "grpc"),
+            rpc_service=rpc.get("service", ""), port=rpc.get("port", c.get("port", 0)), failure=c.get("failure", ""),
+            wraps=c.get("wraps", ""), access_log=c.get("access_log", False), apm=c.get("apm", c["kind"] == "service"),
+            background_log=c.get("background_log", ""), watches=c.get("watches", ""),
+            topics=tuple(c.get("topics", ())), operations=operations, source=metrics.get("source", ""),
+            metrics_file=metrics.get("file", f"infra/infra_{metrics.get('source', '')}/infra_{metrics.get('source', '')}"),
+            kpis=kpis)
+    work = raw["workload"]
+    system = System(
+        name=raw["name"], description=raw.get("description", raw["name"]), namespace=namespace,
+        layout=raw.get("layout", "otlp"), workers=tuple(raw["nodes"]["workers"]),
+        others=tuple(raw["nodes"].get("others", ())), entry=work["entry"], mix=dict(work["mix"]),
+        requests_per_minute=float(work.get("requests_per_minute", 3000)),
+        traces_per_minute=float(work.get("traces_per_minute", 150)), components=components,
+        faults={k: tuple(v) for k, v in raw["faults"].items()}, scenarios=raw.get("scenarios", {}), path=path)
+    _check(system, fail)
+    return system
+
+
+def _step(raw: dict) -> Step:
+    if "log" in raw:
+        return Step(log=raw["log"], level=raw.get("level", "info"))
+    target = raw.get("call") or raw["publish"]
+    service, operation = target.split(".", 1)
+    return Step(service, operation, raw.get("p", 1.0), raw.get("times", 1), raw.get("optional", False),
+                raw.get("deadline_ms"), publish="publish" in raw)
+
+
+def _check(system: System, fail) -> None:
+    """What the schema cannot say: every name used is declared, synchronous calls make no cycle, the entry and its
+    mix are its own, and each fault applies to what it names."""
+    comps = system.components
+    for name, comp in comps.items():
+        for op_name, op in comp.operations.items():
+            where = f"components.{name}.operations.{op_name}"
+            for i, step in enumerate(op.steps):
+                if not step.service:
+                    continue
+                field_ = "publish" if step.publish else "call"
+                callee = comps.get(step.service)
+                if callee is None:
+                    fail(f"{where}.steps[{i}].{field_}", f"'{step.service}' is not a declared component")
+                if step.publish:
+                    if callee.kind != "broker" or step.operation not in callee.topics:
+                        fail(f"{where}.steps[{i}].publish", f"'{step.operation}' is not a topic of broker '{step.service}'")
+                    if not system.consumers(step.service, step.operation):
+                        fail(f"{where}.steps[{i}].publish", f"no operation consumes {step.service}.{step.operation}")
+                elif step.operation not in callee.operations:
+                    fail(f"{where}.steps[{i}].call", f"'{step.operation}' is not an operation of '{step.service}'")
+            if op.consumes:
+                broker, topic = op.consumes.split(".", 1)
+                if broker not in comps or topic not in comps[broker].topics:
+                    fail(f"{where}.consumes", f"'{op.consumes}' is not a declared broker's topic")
+        if comp.watches and comp.watches not in comps:
+            fail(f"components.{name}.watches", f"'{comp.watches}' is not a declared component")
+    _no_cycle(system, fail)
+    entry = comps.get(system.entry)
+    if entry is None or not entry.traced:
+        fail("workload.entry", f"'{system.entry}' is not a declared service")
+    for op in system.mix:
+        if op not in entry.operations:
+            fail(f"workload.mix.{op}", f"'{op}' is not an operation of the entry '{system.entry}'")
+    total = sum(system.mix.values())
+    if abs(total - 1) > 1e-6:
+        fail("workload.mix", f"the shares add up to {total:g}, not 1")
+    from .faults import applies  # the fault library knows what each fault type can act on
+
+    for fault, kinds in system.faults.items():
+        for i, kind in enumerate(kinds):
+            problem = applies(fault, kind, system)
+            if problem:
+                fail(f"faults.{fault}[{i}]", problem)
+
+
+def _no_cycle(system: System, fail) -> None:
+    """Synchronous calls must not come back to an operation they started from (a request would never end)."""
+    state: dict[tuple[str, str], int] = {}  # 1: on the path, 2: done
+
+    def visit(node: tuple[str, str], path: list[tuple[str, str]]) -> None:
+        state[node] = 1
+        comp, op = node
+        for i, step in enumerate(system.components[comp].operations[op].steps):
+            if not step.service or step.publish:
+                continue
+            nxt = (step.service, step.operation)
+            if state.get(nxt) == 1:
+                stack = path + [node]
+                loop = " -> ".join(f"{c}.{o}" for c, o in stack[stack.index(nxt):] + [nxt])
+                fail(f"components.{comp}.operations.{op}.steps[{i}].call", f"a cycle of synchronous calls: {loop}")
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for comp, c in system.components.items():
+        for op in c.operations:
+            if (comp, op) not in state:
+                visit((comp, op), [])
