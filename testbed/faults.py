@@ -10,7 +10,8 @@ move by the roles its description gives them (`system.ROLES`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import re
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -19,7 +20,7 @@ from rcalab.errors import ScheduleError
 
 from .system import Component, System
 from .topology import Topology
-from .workload import MINUTES, Day, LogBurst, derive_node_kpis
+from .workload import MINUTES, Day, LogBurst, PathBreak, derive_node_kpis
 
 # gRPC failures: kind -> (status name, status code, description). `{ip}`/`{port}` are the callee's.
 ERRORS = {
@@ -41,15 +42,36 @@ ERRORS = {
                                "lookup failed on 169.254.25.10:53: no such host"),
 }
 TRANSIENT = ("Unavailable", 14, "transport is closing")
+# The same failures as a Spring service's HTTP client reports them (RestTemplate), where a call is over HTTP.
+HTTP_ERRORS = {
+    "refused": 'I/O error on request for "http://{service}:{port}": Connection refused (Connection refused)',
+    "dial": 'I/O error on request for "http://{service}:{port}": connect timed out',
+    "reset": 'I/O error on request for "http://{service}:{port}": Connection reset',
+    "canceled": "Request processing failed; nested exception is java.util.concurrent.CancellationException",
+    "deadline": 'I/O error on request for "http://{service}:{port}": Read timed out',
+    "dns": 'I/O error on request for "http://{service}:{port}": {service}: Name or service not known',
+    "exception": '500 Internal Server Error: [{{"status":500,"error":"Internal Server Error","path":"/{service}"}}]',
+    "internal": '500 Internal Server Error: [{{"status":500,"error":"Internal Server Error","path":"/{service}"}}]',
+    "transient": 'I/O error on request for "http://{service}:{port}": Unexpected end of file from server',
+}
 JVM = {"java", "kotlin", "scala"}  # languages whose services run on a JVM (Byteman's rules, garbage collection)
 KINDS = ("service", "database", "cache", "storage", "coordinator", "broker")
 
 
 def status_text(kind: str, topo: Topology, pod: str) -> tuple[str, int, str]:
-    """gRPC status name, code and message of a failed call to `pod`."""
+    """Status name, code and message of a failed call to `pod` (gRPC's; an HTTP client's message over HTTP)."""
     name, code, desc = TRANSIENT if kind == "transient" else ERRORS[kind]
     comp = topo.component(pod)
+    if comp.protocol == "http" and kind in HTTP_ERRORS:
+        desc = HTTP_ERRORS[kind]
     return name, code, desc.format(ip=topo.ip_of[pod], port=comp.port, service=comp.name, failure=comp.failure)
+
+
+def failure_line(kind: str, topo: Topology, pod: str) -> str:
+    """What a caller logs when its call to `pod` failed so: the callee's `failure` words, then the error."""
+    name, _, desc = status_text(kind, topo, pod)
+    comp = topo.component(pod)
+    return f"{comp.failure}: {desc}" if comp.protocol == "http" else f"{comp.failure}: rpc error: code = {name} desc = {desc}"
 
 
 def _single(comp: Component) -> bool:
@@ -105,10 +127,11 @@ class Fault:
             elif spec == "link":
                 out += [Target("service", edge=edge) for edge in links(system)]
             else:
-                comps = [c.name for c in system.components.values() if matches(c, spec)]
+                comps = [c.name for c in system.components.values() if matches(c, spec) and self.site(c, system)]
                 out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
-                out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
-                        for p in topo.pods_of(c)]
+                if "link" not in self.acts_on:  # a network fault acts on a service's links, not on one of its pods
+                    out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
+                            for p in topo.pods_of(c)]
         return out
 
     def resolve(self, topo: Topology, instance) -> Target:
@@ -129,21 +152,48 @@ class Fault:
                 return target
         raise ScheduleError(f"fault type '{self.name}' cannot hit instance {instance!r}")
 
+    def site(self, component: str, system: System) -> tuple | bool:
+        """Where in a component's code a code fault acts (`code_site`); True for any other fault."""
+        return code_site(system.components[component], self.name) if "code" in self.acts_on else True
+
     def truth(self, topo: Topology, target: Target, start: str, end: str, uuid: str) -> dict:
         """The ground truth of this fault on `target` from `start` to `end`: where, and the keys its signature
         shows."""
         service = topo.service_of.get(target.pods[0], "") if target.pods and not target.edge else ""
         comp = topo.system.components.get(service)
         method = next((op.method or name for name, op in comp.operations.items()), "") if comp else ""
+        site = self.site(service, topo.system) if comp else True
+        pair = site[2] if isinstance(site, tuple) else ""
 
         def named(text: str) -> str:
             return text.replace("{service}", service).replace("{method}", method).replace(
-                "{method_lower}", method.lower())
+                "{method_lower}", method.lower()).replace("{pair}", pair)
 
         observations = [dict(o, keyword=[named(k) for k in o["keyword"]]) for o in self.key_observations]
         return dict(fault_category=self.category, fault_type=self.name, **target.truth(topo), start_time=start,
                     end_time=end, uuid=uuid, key_observations=observations,
                     key_metrics=[named(m) for m in self.key_metrics], fault_description=self.fault_description)
+
+
+POSITION = re.compile(r"^(\S+#\d+)")  # a log line's code position (`logger#line`), where it opens with one
+
+
+def code_site(comp: Component, fault: str) -> tuple[str, int, str] | None:
+    """Where a code fault acts in a component: its operation with the most steps that has one to break, the step,
+    and the pair of code positions whose order it breaks (`A_B`: A was followed by B). An exception is thrown after
+    a log step that a later log step follows (A that step, B the next); a wrong return is a method's value that a
+    step with another branch (`else`) tests (A the log step before it, B that step)."""
+    best = None
+    for name, op in sorted(comp.operations.items(), key=lambda kv: -len(kv[1].steps)):
+        logs = [(i, POSITION.match(s.log)) for i, s in enumerate(op.steps) if s.log and POSITION.match(s.log)]
+        for (i, a), (j, b) in zip(logs, logs[1:]):
+            if fault == "exception":
+                best = (name, i, f"{a[1]}_{b[1]}")
+            elif op.steps[j].otherwise:
+                best = (name, j, f"{a[1]}_{b[1]}")
+            if best:
+                return best
+    return None
 
 
 def matches(comp: Component, spec: str) -> bool:
@@ -176,13 +226,17 @@ def applies(name: str, spec: str, system: System) -> str | None:
         return f"it acts on {_acts(fault)}, and a {spec} does not run on a JVM"
     if "io" in fault.acts_on and not all(any("io" in k.roles for k in c.kpis.values()) for c in hit):
         return f"it acts on {_acts(fault)}, and a {spec} has no metric of role io"
-    if kind not in fault.acts_on and not fault.acts_on & {"jvm", "io"}:
+    if "code" in fault.acts_on and not any(code_site(c, name) for c in hit):
+        return f"it acts on {_acts(fault)}, and no {spec} has such a step"
+    if kind not in fault.acts_on and not fault.acts_on & {"jvm", "io", "code"}:
         return f"it acts on {_acts(fault)}, not on a {kind}"
     return None
 
 
 def _acts(fault: Fault) -> str:
-    words = {"jvm": "services on a JVM", "io": "parts with io metrics", "link": "links", "node": "nodes"}
+    words = {"jvm": "services on a JVM", "io": "parts with io metrics", "link": "links", "node": "nodes",
+             "code": ("services whose operations log code positions (and, for a wrong return, a step with another "
+                      "branch, `else`)")}
     return ", ".join(words.get(a, a) for a in sorted(fault.acts_on))
 
 
@@ -244,8 +298,7 @@ def _client_logs(day: Day, callees, sl: slice, kinds, per_minute: float = 1.0, c
                else [(topo.service_of[callers[0]], callers)])
     if not sources:  # the entry: its users see the failures, no service logs them
         return
-    errors = [f"{callee.failure}: rpc error: code = {name} desc = {desc}" for kind in kinds for pod in callees
-              for name, _, desc in [status_text(kind, topo, pod)]]
+    errors = [failure_line(kind, topo, pod) for kind in kinds for pod in callees]
     for caller, pods in sources:
         _burst(day, pods, sl, dict.fromkeys(errors), per_minute)
         wrapper = system.components[caller]
@@ -492,30 +545,37 @@ _FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["f
 
 def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str | tuple[str, ...], net_mult: float,
           rng, traffic: float) -> None:
-    """A degraded caller -> callee link: slower or failing calls, and fewer of them at both ends (clients wait
-    or give up), so both ends' request and response counts fall, as the real key metrics say."""
-    src, dst = target.edge
-    e_ms, e_err = day.edge(src, dst)
-    e_ms[sl] += _ramp(sl, rng, 0.8 * ms, 1.2 * ms)[:, 0]
-    e_err[sl] = np.maximum(e_err[sl], err)
-    day.edge_err_kind[(src, dst)] = kind
-    idx = _idx(day, day.topo.pods_of(src) + day.topo.pods_of(dst))
+    """A degraded caller -> callee link (or every link into a service, where a service's own network is the
+    target): slower or failing calls, and fewer of them at both ends (clients wait or give up), so both ends'
+    request and response counts fall, as the real key metrics say."""
+    topo = day.topo
+    service = topo.service_of[target.pods[0]] if target.pods else ""
+    links = [target.edge] if target.edge else [(caller, service) for caller in topo.system.callers(service)]
+    delay = _ramp(sl, rng, 0.8 * ms, 1.2 * ms)[:, 0]
+    pods: dict[str, None] = {}
+    for src, dst in links:
+        e_ms, e_err = day.edge(src, dst)
+        e_ms[sl] += delay
+        e_err[sl] = np.maximum(e_err[sl], err)
+        day.edge_err_kind[(src, dst)] = kind
+        pods |= dict.fromkeys(topo.pods_of(src) + topo.pods_of(dst))
+        if err:
+            _client_logs(day, topo.pods_of(dst), sl, (kind,) if isinstance(kind, str) else kind,
+                         callers=topo.pods_of(src))
+    idx = _idx(day, list(pods))
     day.traffic[sl, idx] *= traffic
     for k in _NET_KPIS:
         day.pod_kpi[k][sl, idx] *= net_mult
-    if err:
-        _client_logs(day, day.topo.pods_of(dst), sl, (kind,) if isinstance(kind, str) else kind,
-                     callers=day.topo.pods_of(src))
 
 
-@fault("network delay", "network attack", {"link"}, _FRONT_TRACE + _NET_OBS, _NET_METRICS,
+@fault("network delay", "network attack", {"link", "service"}, _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["high network latency", "increased RTT", "network delay spike", "elevated transmission delay"])
 def network_delay(day, target, sl, rng):
     """The link's packets are held back: every call over it is slower, and fewer are made while users wait."""
     _link(day, target, sl, 200.0, 0.0, "deadline", 0.5, rng, traffic=0.6)
 
 
-@fault("network loss", "network attack", {"link"},
+@fault("network loss", "network attack", {"link", "service"},
        [{"type": "log", "keyword": ["deadlineexceeded"]}] + _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["packet loss", "network packet drop", "high loss rate", "dropped packets"])
 def network_loss(day, target, sl, rng):
@@ -523,7 +583,7 @@ def network_loss(day, target, sl, rng):
     _link(day, target, sl, 350.0, 0.25, ("deadline", "canceled", "dial"), 0.5, rng, traffic=0.5)
 
 
-@fault("network corrupt", "network attack", {"link"},
+@fault("network corrupt", "network attack", {"link", "service"},
        _NET_LOGS + _FRONT_TRACE + [{"type": "metric", "keyword": ["client_error", "client_error_ratio", "error",
                                                                     "error_ratio"]}] + _NET_OBS,
        _NET_METRICS, ["packet corruption", "data corruption", "bit errors on network", "corrupted packets"])
@@ -632,6 +692,34 @@ def io_fault(day, target, sl, rng):
             else:
                 series[sl] *= 1 + change * backlog
     day.own_extra_ms[sl, _idx(day, target.pods)] += 90 * backlog[:, None]
+
+
+# --- code (Byteman rules in a method, as Nezha injects them) ------------------------------
+
+def _break(day: Day, target: Target, sl: slice, rng, kind: str) -> None:
+    """A share of the target operation's requests break at its code site (`code_site`), growing in a minute."""
+    service = day.topo.service_of[target.pods[0]]
+    op, step, _ = code_site(day.topo.system.components[service], kind)
+    share = np.zeros_like(day.own_err)
+    share[sl, _idx(day, target.pods)] = _ramp(sl, rng, 0.5, 0.8)
+    day.breaks.setdefault((service, op), []).append(PathBreak(kind, step, share))
+
+
+@fault("exception", "code defect", {"code"},
+       [{"type": "log", "keyword": ["{pair}"]}, {"type": "trace", "subtype": "error_anomalies", "keyword": ["{service}"]}],
+       ["{pair}"], ["exception thrown", "application exception", "code defect", "exception"])
+def exception(day, target, sl, rng):
+    """A method throws: the operation stops after the step where it did (the lines and calls after it vanish), its
+    span fails and its caller gets an error."""
+    _break(day, target, sl, rng, "exception")
+
+
+@fault("wrong return", "code defect", {"code"}, [{"type": "log", "keyword": ["{pair}"]}], ["{pair}"],
+       ["wrong return value", "incorrect result", "logic error", "wrong return"])
+def wrong_return(day, target, sl, rng):
+    """A method returns a wrong value: the operation takes the other branch of the step that tests it (its `else`
+    line) and returns; nothing fails, the path changed."""
+    _break(day, target, sl, rng, "return")
 
 
 # --- nodes ---------------------------------------------------------------------------

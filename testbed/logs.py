@@ -12,17 +12,16 @@ import json
 import numpy as np
 import polars as pl
 
-from .faults import status_text
+from .faults import failure_line
 from .system import System
 from .topology import Topology
-from .traces import KINDS, Hour
+from .traces import BREAKS, KINDS, Hour
 from .workload import Day, Flow, flows
 
 
-def _served(system: System) -> dict[tuple[str, str], str]:
-    """What a component logs when it serves an operation ("{id}" is a user, order or product id)."""
-    return {(name, op_name): step.log for name, comp in system.components.items()
-            for op_name, op in comp.operations.items() for step in op.steps[:1] if step.log}
+def _ids_in_lines(system: System) -> bool:
+    """Whether some component's log lines carry their trace and span ids (a Spring service's lines do)."""
+    return any(c.log_style == "spring" for c in system.components.values())
 
 
 def _optional(system: System) -> set[tuple[str, str]]:
@@ -40,17 +39,20 @@ def _esc(text: str) -> str:
 
 
 class _Events:
-    """Log events as parallel lists: time, pod, severity, text before and after an id."""
+    """Log events as parallel lists: time, pod, severity, text before and after an id, and where lines carry them
+    (`ids`), the trace and span each was written in."""
 
-    def __init__(self) -> None:
+    def __init__(self, ids: bool) -> None:
         self.ts: list[np.ndarray] = []
         self.pod: list[np.ndarray] = []
         self.sev: list[np.ndarray] = []
         self.text: list[np.ndarray] = []
         self.extra: list[np.ndarray] = []
+        self.trace: list[np.ndarray] | None = [] if ids else None
+        self.span: list[np.ndarray] = []
         self.vocab: dict[str, int] = {}
 
-    def add(self, ts, pod, severity: str, text: str, extra: str = "") -> None:
+    def add(self, ts, pod, severity: str, text: str, extra: str = "", trace=None, span=None) -> None:
         ts = np.atleast_1d(ts)
         n = len(ts)
         if n == 0:
@@ -60,15 +62,20 @@ class _Events:
         self.sev.append(np.full(n, self.vocab.setdefault(severity, len(self.vocab))))
         self.text.append(np.full(n, self.vocab.setdefault(text, len(self.vocab))))
         self.extra.append(np.full(n, self.vocab.setdefault(extra, len(self.vocab))))
+        if self.trace is not None:
+            self.trace.append(np.full(n, "", object) if trace is None else np.asarray(trace, object))
+            self.span.append(np.full(n, "", object) if span is None else np.asarray(span, object))
 
     def frame(self) -> pl.DataFrame:
         words = pl.Series(list(self.vocab), dtype=pl.String)
         escaped = pl.Series([_esc(w) for w in self.vocab], dtype=pl.String)
         text = np.concatenate(self.text)
+        ids = {} if self.trace is None else {"trace_id": np.concatenate(self.trace).astype(str),
+                                             "span_id": np.concatenate(self.span).astype(str)}
         return pl.DataFrame({
             "ts": np.concatenate(self.ts), "pod": np.concatenate(self.pod),
             "severity": words.gather(np.concatenate(self.sev)), "text": words.gather(text),
-            "esc": escaped.gather(text), "extra": words.gather(np.concatenate(self.extra)),
+            "esc": escaped.gather(text), "extra": words.gather(np.concatenate(self.extra)), **ids,
         })
 
 
@@ -86,11 +93,12 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
     topo = day.topo
     system = topo.system
     entry = system.components[system.entry]
-    served, optional_pairs = _served(system), _optional(system)
+    optional_pairs = _optional(system)
     by_route = {flow.route: flow for flow in flows(system)}
     calls = traffic.calls
     methods = list(traffic.methods.index)
-    events = _Events()
+    events = _Events(_ids_in_lines(system))
+    _served(topo, traffic, methods, events)
     for (caller, callee, method, kind, root), idx in _groups(calls).items():
         ts = calls.ts_us[idx]
         svc_callee = topo.service_of[topo.pods[callee]]
@@ -102,13 +110,8 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
                 events.add(ts - calls.duration_us[idx], caller, "debug", "request started", http)
                 events.add(ts, caller, "error" if kind else "debug", "request complete",
                            f'{http}"http.resp.status":{_status(by_route[route], kind)},')
-        elif kind == 0:
-            text = served.get((svc_callee, methods[method]))
-            if text:
-                events.add(ts - calls.duration_us[idx], callee, "info", text)
-        else:
-            name, code, desc = status_text(KINDS[kind], topo, topo.pods[callee])
-            text = f"{system.components[svc_callee].failure}: rpc error: code = {name} desc = {desc}"
+        elif kind:
+            text = failure_line(KINDS[kind], topo, topo.pods[callee])
             optional = (svc_caller, svc_callee) in optional_pairs
             message = "request error" if svc_caller == system.entry and entry.access_log and not optional else text
             extra = f'"error":"{_esc(text)}",' if message != text else ""
@@ -127,6 +130,50 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
         pod = topo.pods_of(service)[0]
         events.add(_minute_us(day, hour * 60) + rng.integers(0, 3_600_000_000, 6), topo.index(pod), "info", text)
     return _render(events.frame(), topo, rng)
+
+
+def _served(topo: Topology, traffic: Hour, methods: list[str], events: _Events) -> None:
+    """The lines an operation writes as it runs, its log steps spread over its span: all of them where it succeeded,
+    those up to the step where a code fault broke its path (that step's other branch where a method returned a
+    wrong value; an exception after it, where it threw), none where it failed otherwise."""
+    done = traffic.served
+    key = np.stack([done.pod, done.method, done.cut, done.broke, done.kind != 0], 1)
+    for (pod, method, cut, broke, failed), idx in _by(key).items():
+        if failed and not broke:
+            continue
+        comp = topo.component(topo.pods[pod])
+        op = comp.operations.get(methods[method])
+        if op is None:
+            continue
+        for i, step in enumerate(op.steps):
+            if not step.log or (broke and i > cut):
+                continue
+            ts = done.start_us[idx] + done.duration_us[idx] * i // len(op.steps)
+            text, level = step.log, step.level
+            if broke and i == cut and BREAKS[broke] == "return":
+                text, level = step.otherwise or step.log, step.otherwise_level
+            events.add(ts, pod, level, text, trace=done.trace_id[idx], span=done.span_id[idx])
+            if broke and i == cut and BREAKS[broke] == "exception":
+                events.add(ts + 1, pod, "error", _exception(comp, step.log), trace=done.trace_id[idx],
+                           span=done.span_id[idx])
+
+
+def _exception(comp, after: str) -> str:
+    """What a service logs where a method throws (after the line `after`): its framework's error line."""
+    if comp.log_style == "spring":
+        return ("o.a.c.c.C.[.[.[.[dispatcherServlet]#175 Servlet.service() for servlet [dispatcherServlet] threw "
+                "exception: java.lang.RuntimeException: injected exception")
+    return f"exception after '{after.split(' ')[0]}': injected exception"
+
+
+def _by(key: np.ndarray) -> dict[tuple, np.ndarray]:
+    """Row indices of each distinct row of `key`."""
+    if not len(key):
+        return {}
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    order = np.argsort(inverse.ravel(), kind="stable")
+    bounds = np.cumsum(np.bincount(inverse.ravel(), minlength=len(uniq)))[:-1]
+    return {tuple(int(v) for v in u): idx for u, idx in zip(uniq, np.split(order, bounds))}
 
 
 def _http(route: str) -> str:
@@ -158,11 +205,7 @@ def _minute_us(day: Day, minute: int) -> int:
 
 
 def _groups(calls) -> dict[tuple, np.ndarray]:
-    key = np.stack([calls.caller, calls.callee, calls.method, calls.kind, calls.root], 1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.cumsum(np.bincount(inverse.ravel(), minlength=len(uniq)))[:-1]
-    return {tuple(int(v) for v in u): idx for u, idx in zip(uniq, np.split(order, bounds))}
+    return _by(np.stack([calls.caller, calls.callee, calls.method, calls.kind, calls.root], 1))
 
 
 def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.DataFrame:
@@ -172,7 +215,8 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
     services = pl.Series([topo.service_of[p] for p in topo.pods])
     nodes = pl.Series([topo.node_of[p] for p in topo.pods])
     agents = {node: f"filebeat-filebeat-{rng.integers(36**5):07x}"[:23] for node in topo.system.nodes}
-    loggers = pl.Series([topo.component(p).rpc_service or topo.service_of[p] for p in topo.pods])
+    loggers = pl.Series([topo.component(p).logger or topo.component(p).rpc_service or topo.service_of[p]
+                         for p in topo.pods])
     df = df.sort("ts")
     df = df.with_columns(
         time=pl.from_epoch("ts", time_unit="us").dt.replace_time_zone("UTC"),
@@ -206,6 +250,15 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
             pl.lit('-server","message":"'), esc, pl.lit('"}')]))
         .otherwise(pl.col("text"))
     )
+    ids = []
+    if "trace_id" in df.columns:  # Spring Boot's pattern as Train Ticket logs it (a CST clock), its ids in the line
+        message = pl.when(style == "spring").then(pl.concat_str([
+            (pl.col("time") + pl.duration(hours=8)).dt.strftime("%H:%M:%S%.3f"), pl.lit(" "),
+            sev_upper.replace("WARNING", "WARN"), pl.lit("  "),
+            pl.col("text").str.extract(POSITION, 1).fill_null(pl.col("logger")),
+            pl.lit(" TraceID: "), pl.col("trace_id"), pl.lit(" SpanID: "), pl.col("span_id"), pl.lit(" "),
+            pl.col("text").str.replace(POSITION, "")])).otherwise(message)
+        ids = [pl.col("trace_id"), pl.col("span_id")]
     return df.select(
         pl.lit(topo.system.namespace).alias("k8_namespace"),
         pl.col("time").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").alias("@timestamp"),
@@ -213,4 +266,8 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
         pl.col("pod_name").alias("k8_pod"),
         message.alias("message"),
         pl.col("node").alias("k8_node_name"),
+        *ids,
     )
+
+
+POSITION = r"^(\S+#\d+) ?"  # a line's code position (`logger#line`) where it opens with one

@@ -22,8 +22,6 @@ from .topology import Topology
 from .traces import simulate_hour
 from .workload import CST, Day, build_day, expected_latency
 
-LOG_SCHEMA = pa.schema([(c, pa.string()) for c in
-                        ("k8_namespace", "@timestamp", "agent_name", "k8_pod", "message", "k8_node_name")])
 
 
 @dataclass
@@ -92,7 +90,8 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
     for hour in range(24):
         hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
         traffic = simulate_hour(day, hour, scale, hour_rng)
-        logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow().cast(LOG_SCHEMA)
+        logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow()
+        logs = logs.cast(pa.schema([(c, pa.string()) for c in logs.column_names]))
         stem = f"{date}_{hour:02d}-00-00.parquet"
         _save(traffic.spans, folder / "trace-parquet" / f"trace_jaeger-span_{stem}", summary)
         _save(logs, folder / "log-parquet" / f"log_filebeat-server_{stem}", summary)

@@ -40,6 +40,8 @@ class Step:
     publish: bool = False
     log: str = ""
     level: str = "info"
+    otherwise: str = ""  # the line of the other branch, written where a method it relies on returned a wrong value
+    otherwise_level: str = "error"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class Component:
     apm: bool = False
     background_log: str = ""
     watches: str = ""
+    logger: str = ""  # the class its lines name where they name no code position of their own
+    client_spans: bool = False  # its clients trace their calls to it (a datastore seen by JDBC or a Redis client)
     topics: tuple[str, ...] = ()
     operations: dict[str, Operation] = field(default_factory=dict)
     source: str = ""  # its own metrics: their source, file and KPIs
@@ -237,6 +241,7 @@ def _build(raw: dict, path: str) -> System:
             rpc_service=rpc.get("service", ""), port=rpc.get("port", c.get("port", 0)), failure=c.get("failure", ""),
             wraps=c.get("wraps", ""), access_log=c.get("access_log", False), apm=c.get("apm", c["kind"] == "service"),
             background_log=c.get("background_log", ""), watches=c.get("watches", ""),
+            client_spans=c.get("client_spans", c["kind"] == "broker"), logger=c.get("logger", ""),
             topics=tuple(c.get("topics", ())), operations=operations, source=metrics.get("source", ""),
             metrics_file=metrics.get("file", f"infra/infra_{metrics.get('source', '')}/infra_{metrics.get('source', '')}"),
             kpis=kpis)
@@ -254,7 +259,8 @@ def _build(raw: dict, path: str) -> System:
 
 def _step(raw: dict) -> Step:
     if "log" in raw:
-        return Step(log=raw["log"], level=raw.get("level", "info"))
+        return Step(log=raw["log"], level=raw.get("level", "info"), otherwise=raw.get("else", ""),
+                    otherwise_level=raw.get("else_level", "error"))
     target = raw.get("call") or raw["publish"]
     service, operation = target.split(".", 1)
     return Step(service, operation, raw.get("p", 1.0), raw.get("times", 1), raw.get("optional", False),

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .faults import ERRORS, TRANSIENT, status_text
 from .topology import Topology
-from .workload import BASE_ERR, Day, flows
+from .workload import BASE_ERR, MINUTES, Day, flows
 
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
 _CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
@@ -70,10 +70,29 @@ class Calls:
 
 
 @dataclass
+class Served:
+    """Server spans of one hour that ran (all arrays of one length): where an operation's own log lines go."""
+
+    start_us: np.ndarray
+    duration_us: np.ndarray
+    pod: np.ndarray
+    method: np.ndarray  # vocabulary index of the operation
+    kind: np.ndarray  # index into KINDS of how its call ended; 0 = success
+    cut: np.ndarray  # the step at which a code fault broke its path (-1: none)
+    broke: np.ndarray  # how: index into BREAKS
+    trace_id: np.ndarray  # hex, as its spans carry them
+    span_id: np.ndarray
+
+
+@dataclass
 class Hour:
     spans: pa.Table
     calls: Calls
     methods: Vocab
+    served: Served
+
+
+BREAKS = ("", "exception", "return")  # how a code fault breaks an operation's path (`faults.PathBreak`)
 
 
 def _hex_ids(rng: np.random.Generator, n: int, nbytes: int) -> np.ndarray:
@@ -89,6 +108,25 @@ def _pick(rng, candidates: list[int], minute: np.ndarray, unrouted: np.ndarray) 
     return np.asarray(candidates)[np.minimum(choice, len(candidates) - 1)]
 
 
+def span_names(system, node, route: str) -> tuple[str, str]:
+    """The operation names of a call's client span and of its server span: gRPC's `Service/Method` on both sides;
+    HTTP's `HTTP VERB` at the client and the route at the server; a datastore's command; a topic's
+    `publish` and `process`."""
+    if node.parent < 0:
+        return "", route
+    comp = system.components[node.service]
+    if node.mode == "publish":
+        return f"{node.method} publish", ""
+    if node.mode == "consume":
+        return "", f"{system.components[node.service].operations[node.method].consumes.split('.', 1)[1]} process"
+    if not comp.traced:  # its clients trace their calls where their instrumentation does (JDBC, a Redis client)
+        return (node.method if comp.client_spans else ""), ""
+    if comp.protocol == "http":
+        verb, _, path = node.method.partition(" ")
+        return (f"HTTP {verb}", path) if path else ("HTTP GET", node.method)
+    return (f"{comp.rpc_service}/{node.method}",) * 2
+
+
 def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -> Hour:
     """All spans whose request starts in CST hour `hour` of `day`."""
     topo = day.topo
@@ -99,14 +137,18 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
     vocab, methods = Vocab(), Vocab()
     spans: dict[str, list] = {k: [] for k in ("trace", "span", "parent", "start", "dur", "pod", "op", "vals")}
     calls: dict[str, list] = {k: [] for k in ("ts", "caller", "callee", "method", "kind", "dur", "root")}
+    served: dict[str, list] = {k: [] for k in ("start", "dur", "pod", "method", "kind", "cut", "broke", "trace",
+                                               "span")}
     n_traces = 0
     kind_code = np.array([0] + [(TRANSIENT if k == "transient" else ERRORS[k])[1] for k in KINDS[1:]])
     msg_table = np.array([[vocab("")] * len(topo.pods)] + [
         [vocab(status_text(k, topo, p)[2]) for p in topo.pods] for k in KINDS[1:]])
     code_vocab = np.array([vocab(str(c)) for c in kind_code])
-    fixed = [vocab(s) for s in ("grpc", "go.opentelemetry.io/otel/sdk/tracer", "server", "client", "jaeger")]
+    fixed = [vocab(s) for s in ("grpc", "go.opentelemetry.io/otel/sdk/tracer", "server", "client", "jaeger",
+                                "producer", "consumer")]
     ip_vocab = np.array([vocab(topo.ip_of[p]) for p in topo.pods])
     ports = np.array([vocab(str(p)) for p in range(33000, 33400)])
+    trace_hex = []
 
     for flow in flows(system):
         route, nodes = flow.route, flow.nodes
@@ -124,19 +166,35 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         net = np.zeros((k_nodes, n))
         kind = np.zeros((k_nodes, n), int)  # failure of the call (client side)
         connect = np.zeros((k_nodes, n), bool)
+        made = np.ones((k_nodes, n), bool)  # the request makes this call (the calls a code fault cut off are not)
+        cut = np.full((k_nodes, n), np.iinfo(np.int32).max)  # the step at which a code fault broke the path
+        broke = np.zeros((k_nodes, n), int)
+        wait = np.zeros((k_nodes, n))  # ms a message waited in its topic before its consumer took it
         children: list[list[int]] = [[] for _ in nodes]
         for k, node in enumerate(nodes):
             cands = [topo.index(p) for p in topo.pods_of(node.service)]
             pod[k] = _pick(rng, cands, minute, day.unrouted)
-            own[k] = (system.components[node.service].own_ms * rng.lognormal(0, 0.35, n) * day.own_factor[minute, pod[k]]
-                      + day.own_extra_ms[minute, pod[k]])
+            own[k] = (system.components[node.service].own_ms * rng.lognormal(0, 0.35, n)
+                      * day.own_factor[minute, pod[k]] + day.own_extra_ms[minute, pod[k]])
             own_fail = rng.random(n) < day.own_err[minute, pod[k]]
             own_kinds = np.array([KINDS.index(day.own_err_kind.get(topo.pods[i], "transient")) for i in cands])
             transient = np.where(rng.random(n) < BASE_ERR, KINDS.index("transient"), 0)
             kind[k] = np.where(own_fail, own_kinds[np.searchsorted(cands, pod[k])], transient)
+            for b in day.breaks.get((node.service, node.method), ()):
+                hit = (rng.random(n) < b.share[minute, pod[k]]) & (cut[k] > b.step)
+                cut[k] = np.where(hit, b.step, cut[k])
+                broke[k] = np.where(hit, BREAKS.index(b.kind), broke[k])
+                if b.kind == "exception":
+                    kind[k] = np.where(hit, KINDS.index("exception"), kind[k])
             if node.parent < 0:
                 continue
             children[node.parent].append(k)
+            made[k] = made[node.parent] & (cut[node.parent] > node.step)
+            if node.p < 1:
+                made[k] &= rng.random(n) < node.p
+            if node.mode == "consume":  # a message waits in its topic for its consumer
+                wait[k] = rng.lognormal(1.0, 0.5, n) + day.lag_ms.get(node.service, np.zeros(MINUTES))[minute]
+                continue
             caller = nodes[node.parent].service
             e_ms, e_err = day.edge_ms.get((caller, node.service)), day.edge_err.get((caller, node.service))
             net[k] = 0.3 * rng.lognormal(0, 0.3, n)
@@ -151,17 +209,19 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
             down_kinds = np.array([KINDS.index(day.unreachable_kind.get(topo.pods[i], "refused")) for i in cands])
             kind[k] = np.where(down, down_kinds[np.searchsorted(cands, pod[k])], kind[k])
             connect[k] = np.isin(kind[k], [KINDS.index(c) for c in _CONNECT])
+        kind &= np.where(made, -1, 0)  # a call not made does not fail
 
-        # Bottom-up: durations and failures; a failed required call fails its caller.
+        # Bottom-up: durations and failures; a failed required call fails its caller. A consumer works apart.
         client = np.zeros((k_nodes, n))
         server = np.zeros((k_nodes, n))
         for k in reversed(range(k_nodes)):
-            server[k] = own[k] + sum((client[c] for c in children[k]), np.zeros(n))
-            for c in children[k]:
+            waits = [c for c in children[k] if nodes[c].mode != "consume"]
+            server[k] = own[k] + sum((np.where(made[c], client[c], 0.0) for c in waits), np.zeros(n))
+            for c in waits:
                 if not nodes[c].optional:
                     kind[k] = np.where((kind[k] == 0) & (kind[c] > 0), kind[c], kind[k])
             client[k] = np.where(connect[k], rng.uniform(0.5, 3.0, n), server[k] + net[k])
-            if nodes[k].parent >= 0:  # a caller gives up at its deadline
+            if nodes[k].parent >= 0 and nodes[k].mode != "consume":  # a caller gives up at its deadline
                 limit = nodes[k].deadline_ms or _DEADLINE_MS
                 kind[k] = np.where((kind[k] == 0) & (client[k] > limit), KINDS.index("deadline"), kind[k])
                 late = kind[k] == KINDS.index("deadline")
@@ -178,41 +238,62 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         for k, node in enumerate(nodes):
             p = node.parent
             if p >= 0:
-                c_start[k] = cursor[p]
-                cursor[p] += (client[k] + 0.05) * 1000
-                s_start[k] = c_start[k] + net[k] * 500
-                cursor[k] = s_start[k] + 200 * own[k]
-                reached[k] = reached[p] & ~connect[k]
-                calls["ts"].append((c_start[k] + client[k] * 1000)[reached[p]])
-                calls["caller"].append(pod[p][reached[p]])
-                calls["callee"].append(pod[k][reached[p]])
-                calls["method"].append(np.full(reached[p].sum(), methods(node.method)))
-                calls["kind"].append(kind[k][reached[p]])
-                calls["dur"].append(client[k][reached[p]] * 1000)
-                calls["root"].append(np.zeros(reached[p].sum(), bool))
-            if not node.traced:
-                continue
-            server_kind = np.where(connect[k], 0, kind[k]) if p >= 0 else kind[0]
-            span_id[k, "server"] = _hex_ids(rng, n, 8)
-            rows = []  # (mask, span ids, parent ids, start, duration, pod, kind value, peer ip, peer port, status)
-            if p >= 0:
+                asked = reached[p] & made[k]
+                if node.mode == "consume":  # after the message was published and waited in its topic
+                    s_start[k] = c_start[p] + (client[p] + wait[k]) * 1000
+                    reached[k] = asked & (kind[p] == 0)
+                    cursor[k] = s_start[k] + 200 * own[k]
+                else:
+                    c_start[k] = np.where(made[k], cursor[p], 0.0)
+                    cursor[p] += np.where(made[k], (client[k] + 0.05) * 1000, 0.0)
+                    s_start[k] = c_start[k] + net[k] * 500
+                    cursor[k] = s_start[k] + 200 * own[k]
+                    reached[k] = asked & ~connect[k]
+                    calls["ts"].append((c_start[k] + client[k] * 1000)[asked])
+                    calls["caller"].append(pod[p][asked])
+                    calls["callee"].append(pod[k][asked])
+                    calls["method"].append(np.full(asked.sum(), methods(node.method)))
+                    calls["kind"].append(kind[k][asked])
+                    calls["dur"].append(client[k][asked] * 1000)
+                    calls["root"].append(np.zeros(asked.sum(), bool))
+            client_op, server_op = span_names(system, node, route)
+            if server_op:
+                span_id[k, "server"] = _hex_ids(rng, n, 8)
+            if client_op:
                 span_id[k, "client"] = _hex_ids(rng, n, 8)
+            rows = []  # (mask, span ids, parent ids, start, duration, pod, kind value, peer ip, peer port, status)
+            if client_op:
                 port = system.components[node.service].port
-                rows.append((reached[p], span_id[k, "client"], span_id[p, "server"], c_start[k], client[k],
-                             pod[p], fixed[3], np.full(n, vocab(node.service)), np.full(n, vocab(str(port))),
-                             kind[k], node.service))
-                rows.append((reached[k], span_id[k, "server"], span_id[k, "client"], s_start[k], server[k],
-                             pod[k], fixed[2], ip_vocab[pod[p]], ports[rng.integers(0, len(ports), n)],
-                             server_kind, node.service))
-            else:
-                rows.append((reached[k], span_id[k, "server"], np.full(n, b"", "S16"), s_start[k], server[k],
-                             pod[k], fixed[2], np.full(n, vocab("")), np.full(n, vocab("")), server_kind, ""))
-            for mask, sid, parent, start, dur, span_pod, kind_v, peer_ip, peer_port, status, callee in rows:
-                rpc_name = system.components[callee].rpc_service if callee else ""
-                rpc_service = vocab(rpc_name or system.entry)
-                op = f"{rpc_name}/{node.method}" if callee else route
+                rows.append((reached[p] & made[k], span_id[k, "client"], span_id[p, "server"], c_start[k], client[k],
+                             pod[p], fixed[5] if node.mode == "publish" else fixed[3],
+                             np.full(n, vocab(node.service)), np.full(n, vocab(str(port))), kind[k], client_op))
+            if server_op:
+                server_kind = np.where(connect[k], 0, kind[k]) if p >= 0 else kind[0]
+                if p < 0:
+                    rows.append((reached[k], span_id[k, "server"], np.full(n, b"", "S16"), s_start[k], server[k],
+                                 pod[k], fixed[2], np.full(n, vocab("")), np.full(n, vocab("")), server_kind,
+                                 server_op))
+                else:
+                    parent = span_id[k, "client"] if client_op else span_id[p, "client"]
+                    rows.append((reached[k], span_id[k, "server"], parent, s_start[k], server[k], pod[k],
+                                 fixed[6] if node.mode == "consume" else fixed[2], ip_vocab[pod[p]],
+                                 ports[rng.integers(0, len(ports), n)], server_kind, server_op))
+                served["start"].append(s_start[k][reached[k]])
+                served["dur"].append(server[k][reached[k]] * 1000)
+                served["pod"].append(pod[k][reached[k]])
+                served["method"].append(np.full(reached[k].sum(), methods(node.method)))
+                served["kind"].append(server_kind[reached[k]])
+                served["cut"].append(np.where(broke[k], cut[k], -1)[reached[k]])
+                served["broke"].append(broke[k][reached[k]])
+                served["trace"].append(trace_ids[reached[k]])
+                served["span"].append(span_id[k, "server"][reached[k]])
+            for mask, sid, parent, start, dur, span_pod, kind_v, peer_ip, peer_port, status, op in rows:
+                callee = system.components[node.service]
+                rpc_name = callee.rpc_service if p >= 0 else ""
+                rpc_service = vocab(rpc_name or (node.service if p >= 0 else system.entry))
                 vals = np.stack([
-                    np.full(n, fixed[0]), np.full(n, rpc_service), np.full(n, vocab(node.method)), peer_ip, peer_port,
+                    np.full(n, vocab(callee.protocol if callee.traced or p < 0 else callee.kind)), np.full(n, rpc_service),
+                    np.full(n, vocab(node.method)), peer_ip, peer_port,
                     np.full(n, fixed[1]), code_vocab[status], msg_table[status, pod[k]], np.full(n, kind_v),
                     np.full(n, fixed[4]),
                 ], axis=1)
@@ -232,11 +313,17 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         calls["dur"].append(server[0] * 1000)
         calls["root"].append(np.ones(n, bool))
 
-    table = _span_table(spans, vocab, _hex_ids(rng, n_traces, 16), topo, rng)
+    trace_hex = _hex_ids(rng, n_traces, 16)
+    table = _span_table(spans, vocab, trace_hex, topo, rng)
     cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in calls.items()}
+    done = {k: np.concatenate(v) if v else np.zeros(0) for k, v in served.items()}
     return Hour(table, Calls(cat["ts"].astype(np.int64), cat["caller"].astype(int), cat["callee"].astype(int),
                              cat["method"].astype(int), cat["kind"].astype(int), cat["dur"].astype(np.int64),
-                             cat["root"].astype(bool)), methods)
+                             cat["root"].astype(bool)), methods,
+                Served(done["start"].astype(np.int64), done["dur"].astype(np.int64), done["pod"].astype(int),
+                       done["method"].astype(int), done["kind"].astype(int), done["cut"].astype(int),
+                       done["broke"].astype(int), trace_hex[done["trace"].astype(int)].astype(str),
+                       done["span"].astype(str)))
 
 
 def _kv(keys: pa.Array, types: pa.Array, values: pa.Array, per_row: int) -> pa.ListArray:

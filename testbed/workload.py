@@ -35,6 +35,8 @@ class Node:
     p: float = 1.0  # the share of the requests that reach its parent that make this call
     optional: bool = False  # its failure does not fail its caller
     deadline_ms: float | None = None  # its caller gives up after this long
+    step: int = -1  # the step of its parent's operation that makes it
+    mode: str = "call"  # call | publish (a message to a broker's topic) | consume (a consumer of that message, later)
 
 
 @dataclass(frozen=True)
@@ -49,18 +51,29 @@ class Flow:
 
 @cache
 def flows(system: System) -> tuple[Flow, ...]:
-    """Every operation of the entry's mix flattened into the calls it makes, depth first."""
+    """Every operation of the entry's mix flattened into the calls it makes, depth first; a message published to a
+    broker's topic is followed by each operation that consumes it (asynchronously: neither its time nor its failure
+    reaches the publisher)."""
     out = []
     for route, share in system.mix.items():
         nodes = [Node(-1, system.entry, route, True)]
 
         def walk(parent: int, service: str, operation: str) -> None:
-            for step in system.components[service].operations[operation].calls:
+            for i, step in enumerate(system.components[service].operations[operation].steps):
+                if not step.service:
+                    continue
                 for _ in range(step.times):
                     comp = system.components[step.service]
+                    mode = "publish" if step.publish else "call"
                     nodes.append(Node(parent, step.service, step.operation, comp.traced, step.p, step.optional,
-                                      step.deadline_ms))
-                    walk(len(nodes) - 1, step.service, step.operation)
+                                      step.deadline_ms, i, mode))
+                    here = len(nodes) - 1
+                    if step.publish:
+                        for consumer, op in system.consumers(step.service, step.operation):
+                            nodes.append(Node(here, consumer, op, True, optional=True, mode="consume"))
+                            walk(len(nodes) - 1, consumer, op)
+                    else:
+                        walk(here, step.service, step.operation)
 
         walk(0, system.entry, route)
         out.append(Flow(route, share, tuple(nodes), system.components[system.entry].operations[route].status))
@@ -85,7 +98,7 @@ def calls_per_request(system: System) -> dict[str, dict[str, tuple[float, float]
         for node, share in zip(flow.nodes, reach(flow)):
             share *= flow.share
             served[node.service] = served.get(node.service, 0.0) + share
-            if node.parent >= 0:
+            if node.parent >= 0 and node.mode != "consume":  # a consumer is no call its publisher waits for
                 counts = made.setdefault(flow.nodes[node.parent].service, {}).setdefault(node.service, [0.0, 0.0])
                 counts[0] += share
                 counts[1] += 0.0 if node.optional else share
@@ -143,6 +156,17 @@ class LogBurst:
     severity: str = "error"
 
 
+@dataclass(frozen=True)
+class PathBreak:
+    """A code fault in an operation: at its step `step`, for `share` of its requests per minute and pod (M, pods),
+    it throws (`exception`: the rest of its steps do not run and its caller gets an error) or a method it calls
+    returns a wrong value (`return`: it takes the step's other branch and returns)."""
+
+    kind: str
+    step: int
+    share: np.ndarray
+
+
 @dataclass
 class Day:
     """Everything that varies by minute over one CST day; faults edit it in place."""
@@ -165,6 +189,8 @@ class Day:
     edge_err_kind: dict[tuple[str, str], str | tuple[str, ...]] = field(default_factory=dict)
     unreachable_kind: dict[str, str] = field(default_factory=dict)  # pod -> error kind
     bursts: list[LogBurst] = field(default_factory=list)
+    breaks: dict[tuple[str, str], list[PathBreak]] = field(default_factory=dict)  # (service, operation) -> code faults
+    lag_ms: dict[str, np.ndarray] = field(default_factory=dict)  # consumer -> (M,) extra wait of its messages
 
     @property
     def start_utc(self) -> dt.datetime:
@@ -279,7 +305,7 @@ def _slowest(day: Day, own_ms: np.ndarray) -> np.ndarray:
     for flow in flows(topo.system):
         for k, node in enumerate(flow.nodes):
             children.setdefault((node.service, node.method),
-                                [(n.service, n.method) for n in flow.nodes if n.parent == k])
+                                [(n.service, n.method) for n in flow.nodes if n.parent == k and n.mode != "consume"])
     op_ms: dict[tuple[str, str], np.ndarray] = {}  # per minute and pod of the operation's service
 
     def time_of(op: tuple[str, str]) -> np.ndarray:
