@@ -300,7 +300,7 @@ def _copied(con, src: Source) -> Loaded:
 
 
 def _copy(con, fid: int) -> int:
-    return sum(con.execute(f"insert into {table} select * from previous.{table} where file_id = ?",
+    return sum(con.execute(f"insert into {table} by name select * from previous.{table} where file_id = ?",
                            [fid]).fetchall()[0][0] for table in TABLES.values())
 
 
@@ -385,10 +385,10 @@ def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
         counts, = con.execute(f"select {', '.join(f'count(*) filter ({p})' for p in reasons.values())} "
                               f"from ({select})", params).fetchall()
         left_out = [f"{reason} ({n:,})" for reason, n in zip(reasons, counts) if n]
-        con.execute(f"insert into {table} select *, {fid} from ({select}) "
+        con.execute(f"insert into {table} by name select *, {fid} as file_id from ({select}) "
                     f"where not coalesce({' or '.join(reasons.values())}, false)", params)
     else:
-        con.execute(f"insert into {table} select *, {fid} from ({select})", params)
+        con.execute(f"insert into {table} by name select *, {fid} as file_id from ({select})", params)
     rows = con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchall()[0][0]
     if src.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
         (untimed, outside, example), = con.execute(

@@ -112,6 +112,7 @@ MIGRATIONS = [
                         'through DuckDB''s default temp_directory: open the store file itself (not attached to another '
                         'database, no temp_directory set), or run: rcalab sql --db STORE QUERY') end;
     """),
+    ("the peer a client span calls", "alter table spans add column peer text;"),
 ]
 # A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
 # tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
@@ -126,7 +127,8 @@ DESCRIPTIONS = {
     "log_lines": "every log line with its pod, service, node, Drain3 template, severity (level), the trace and "
                  "span it was written in where the dump says, its code position (event, logger#line) if it has one, "
                  "and the masked text its template was mined from",
-    "spans": "every span: trace, parent, start, duration, service, pod, node, kind, status",
+    "spans": "every span: trace, parent, start, duration, service, pod, node, kind, status, and the peer a client, "
+             "producer or consumer span names (peer.service; a datastore or broker that writes no span of its own)",
     "placement": "which pod ran on which node, first and last seen",
     "log_templates": "Drain3 templates (ids kept across nightly runs) with line counts and their first minute",
     "log_masked": "masked message -> template id (identical masked messages are mined once)",

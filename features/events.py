@@ -11,7 +11,8 @@ A span's calls are a track of their own (`OPERATION calls start`, `call SERVICE 
 in the order they started, `OPERATION calls end`), counted the same way for every span that calls, and for the
 spans of the same operations that called nothing: a call that vanished (an exception before it) is a follow-up
 that changed in the caller's track, and the callee's spans that vanished with it leave no pair of the callee's.
-A loop's repeated calls are one step: how often it ran depends on the data, not on the path.
+A loop's repeated calls are one step: how often it ran depends on the data, not on the path. The consumers of a
+message a span published are no calls of its code (they take the message when they will): they are not in its track.
 
 How the same pairs run in the window and in the baseline is read by `features.evidence.events`.
 """
@@ -67,15 +68,16 @@ def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetim
     its end after the last."""
     con.execute("""
         insert into event_pair_minute (minute, service, operation, a, b, pairs)
-        with near as (select trace_id, span_id, parent_span_id, ts, service, operation from spans
+        with near as (select trace_id, span_id, parent_span_id, ts, service, operation, kind from spans
                       where ts >= $near_lo and ts < $near_hi),
              ops as (select service, operation, (row_number() over ())::integer as op
                      from (select distinct service, operation from near)),
-             numbered as (select trace_id, span_id, parent_span_id, ts, op
+             numbered as (select trace_id, span_id, parent_span_id, ts, op, kind
                           from near join ops using (service, operation)),
              every as (select * from numbered where ts >= $lo and ts < $hi),
              calls as (select trace_id, parent_span_id as span_id, list(op order by ts, op) as ops
-                       from numbered where parent_span_id is not null group by all),
+                       from numbered where parent_span_id is not null and kind is distinct from 'consumer'
+                       group by all),
              paths as (select date_trunc('minute', e.ts) as minute, e.op, c.ops, count(*) as spans
                        from every e join calls c using (trace_id, span_id) group by all),
              steps as (select minute, op, list_filter(ops, lambda x, i: i = 1 or x <> ops[i - 1]) as ops, spans

@@ -17,7 +17,9 @@
    anomalous, and little of a traffic change when a caller is, or when the load fell where it comes
    in (a service that calls and that nothing calls). A caller whose callees lost their traffic stopped
    calling them, unless a callee is down itself (its processes stopped, it says it is not up): then
-   no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A unit with no local signal at
+   no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
+   (its messages waiting) is explained by an anomalous dependency (its broker), and is its own where none is. A unit
+   with no local signal at
    all is an echo of something, seen or not. The deepest anomalous unit with healthy
    dependencies ranks first.
 """
@@ -37,6 +39,9 @@ WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
 EXPLAINED = 0.2  # what is left of a propagating signal that an anomalous dependency explains
 UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
+# A consumer's lag (its messages waiting) is explained by an anomalous dependency too (its broker backed up), but it
+# is its own where none is (a consumer that stalls): nobody waits on a consumer, so nothing echoes into its lag.
+LAG = "lag"
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
 LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it is not up is down
 ERROR_ORIGIN = "error origin"  # the trace signal of errors that start in a component's own spans
@@ -61,7 +66,7 @@ class Candidate:
 
 
 def local(item: Item) -> bool:
-    return not item.echo and item.signal not in UPWARD | DOWNWARD
+    return not item.echo and (item.signal == LAG or item.signal not in UPWARD | DOWNWARD)
 
 
 def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable: bool = False) -> float:
@@ -69,7 +74,7 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable
     explains, weigh less; so do errors that start here where a dependency is down (`unreachable`): a call to a
     part that is not there fails where it is made, and an untraced part (a database) has no span to fail in."""
     best: dict[str, float] = {}
-    upward = UPWARD | {ERROR_ORIGIN} if unreachable else UPWARD
+    upward = UPWARD | {LAG} | ({ERROR_ORIGIN} if unreachable else set())
     for it in items:
         explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in DOWNWARD)
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)

@@ -1,8 +1,9 @@
 """Trace features per minute: caller -> callee edges, and each service's own (self) time and errors.
 
-An edge is a span whose child runs in another service. A failed client span with no child
-(the callee never answered: connection refused, DNS) still counts, with the callee taken from
-its gRPC operation name. The gap of an edge (caller span less callee span) is the time spent
+An edge is a span whose child runs in another service. A client, producer or consumer span that names its peer
+(a datastore or broker that writes no span of its own) is an edge to that peer where no child of it runs there; a
+failed client span with no child (the callee never answered: connection refused, DNS) still counts, with the callee
+its peer or else taken from its gRPC operation name. The gap of an edge (caller span less callee span) is the time spent
 between the two: network, queues, or the caller's own work around the call. Its offset (the caller
 span's end less the callee span's end) is the return leg alone: Nezha's span offset, whose p90 it
 calls a pod's NetworkP90(ms); a delay on the callee's traffic lengthens it.
@@ -31,10 +32,13 @@ def refresh_trace_edges(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
             from s p join s c on c.parent_span_id = p.span_id and c.trace_id = p.trace_id
             where p.service <> c.service
             union all
-            select date_trunc('minute', p.ts), p.service, p.pod, lower(regexp_extract(p.operation, '\.(\w+)/', 1)),
-                   null, p.duration_us, null, null, null, true
+            select date_trunc('minute', p.ts), p.service, p.pod,
+                   coalesce(p.peer, lower(regexp_extract(p.operation, '\.(\w+)/', 1))), null, p.duration_us, null,
+                   null, null, coalesce(p.status_code, 0) <> 0
             from s p anti join s c on c.parent_span_id = p.span_id and c.trace_id = p.trace_id
-            where p.kind = 'client' and coalesce(p.status_code, 0) <> 0
+                                      and (c.service = p.peer or p.peer is null)
+            where (p.kind = 'client' and coalesce(p.status_code, 0) <> 0)
+               or (p.kind in ('client', 'producer', 'consumer') and p.peer is not null and p.peer <> p.service)
         )
         select minute, caller, caller_pod, callee, callee_pod, count(*), sum(err::int),
                quantile_cont(dur, 0.5), quantile_cont(dur, 0.95), quantile_cont(dur, 0.99),

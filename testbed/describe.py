@@ -134,7 +134,8 @@ def _shape(steps: list) -> tuple:
 
 def _operation(runs: list[tuple[list, int]], service: str, said: dict) -> dict:
     """An operation from its runs: the most common order of its steps, each call with the share of the runs that
-    make it and how many in a row; a log step with the line other runs wrote in its place as its other branch."""
+    make it and how many in a row, then the calls other runs make instead (one in twenty runs or more); a log step
+    with the line other runs wrote in its place as its other branch."""
     shapes = [_shape(steps) for steps, _ in runs]
     common = Counter(shapes).most_common(1)[0][0]
     made = Counter(step for shape in shapes for step in set(shape))
@@ -155,4 +156,8 @@ def _operation(runs: list[tuple[list, int]], service: str, said: dict) -> dict:
                     step |= {"else": o_words, "else_level": "warn" if o_level.startswith("WARN") else "error"}
                     break
         out.append(step)
+    for (kind, what, times), n in sorted(made.items(), key=lambda kv: -kv[1]):  # calls other runs make instead
+        if kind in ("call", "publish") and (kind, what, times) not in common and n >= 0.05 * len(runs) \
+                and not any(s.get(kind) == f"{what[0]}.{what[1]}" for s in out):
+            out.append({kind: f"{what[0]}.{what[1]}", "p": round(n / len(runs), 3)} | ({"times": times} if times > 1 else {}))
     return {"steps": out} if out else {}

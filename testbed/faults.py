@@ -11,7 +11,8 @@ move by the roles its description gives them (`system.ROLES`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -40,6 +41,7 @@ ERRORS = {
     "db": ("Unavailable", 14, "Error 9005: Region is unavailable; dial tcp {ip}:4000: connect: connection refused"),
     "lookup": ("Internal", 13, "rpc error: code = Unavailable desc = name resolver error: produced zero addresses; "
                                "lookup failed on 169.254.25.10:53: no such host"),
+    "failed": ("Internal", 13, "{failure}"),
 }
 TRANSIENT = ("Unavailable", 14, "transport is closing")
 # The same failures as a Spring service's HTTP client reports them (RestTemplate), where a call is over HTTP.
@@ -53,6 +55,7 @@ HTTP_ERRORS = {
     "exception": '500 Internal Server Error: [{{"status":500,"error":"Internal Server Error","path":"/{service}"}}]',
     "internal": '500 Internal Server Error: [{{"status":500,"error":"Internal Server Error","path":"/{service}"}}]',
     "transient": 'I/O error on request for "http://{service}:{port}": Unexpected end of file from server',
+    "failed": '500 Internal Server Error: [{{"status":500,"error":"{failure}","path":"/{service}"}}]',
 }
 JVM = {"java", "kotlin", "scala"}  # languages whose services run on a JVM (Byteman's rules, garbage collection)
 KINDS = ("service", "database", "cache", "storage", "coordinator", "broker")
@@ -116,10 +119,13 @@ class Fault:
     key_metrics: list = field(default_factory=list)
     fault_description: list = field(default_factory=list)
     window_seconds: int | None = None  # a window of fixed length, as the real ground truth gives it (pod kill: 1 s)
+    target: str | None = None  # the one component a system's scenario acts on
 
     def candidates(self, topo: Topology) -> list[Target]:
         """Every target this fault type can hit in the topology, as its system's description says."""
         system = topo.system
+        if self.target:
+            return [Target("service", tuple(topo.pods_of(self.target)))]
         out = []
         for spec in system.faults.get(self.name, ()):
             if spec == "node":
@@ -127,7 +133,7 @@ class Fault:
             elif spec == "link":
                 out += [Target("service", edge=edge) for edge in links(system)]
             else:
-                comps = [c.name for c in system.components.values() if matches(c, spec) and self.site(c, system)]
+                comps = [c.name for c in system.components.values() if matches(c, spec) and can(self, c)]
                 out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
                 if "link" not in self.acts_on:  # a network fault acts on a service's links, not on one of its pods
                     out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
@@ -152,18 +158,14 @@ class Fault:
                 return target
         raise ScheduleError(f"fault type '{self.name}' cannot hit instance {instance!r}")
 
-    def site(self, component: str, system: System) -> tuple | bool:
-        """Where in a component's code a code fault acts (`code_site`); True for any other fault."""
-        return code_site(system.components[component], self.name) if "code" in self.acts_on else True
-
     def truth(self, topo: Topology, target: Target, start: str, end: str, uuid: str) -> dict:
         """The ground truth of this fault on `target` from `start` to `end`: where, and the keys its signature
         shows."""
         service = topo.service_of.get(target.pods[0], "") if target.pods and not target.edge else ""
         comp = topo.system.components.get(service)
         method = next((op.method or name for name, op in comp.operations.items()), "") if comp else ""
-        site = self.site(service, topo.system) if comp else True
-        pair = site[2] if isinstance(site, tuple) else ""
+        site = code_site(comp, self.name) if comp and "code" in self.acts_on else None
+        pair = site[2] if site else ""
 
         def named(text: str) -> str:
             return text.replace("{service}", service).replace("{method}", method).replace(
@@ -209,6 +211,26 @@ def links(system: System) -> list[tuple[str, str]]:
             and system.components[d].namespace == system.namespace]
 
 
+# What a fault may act on besides a kind of component: each a test of a component.
+TRAITS = {
+    "jvm": ("services on a JVM", lambda c, fault: c.kind == "service" and c.language in JVM),
+    "io": ("parts with io metrics", lambda c, fault: any("io" in k.roles for k in c.kpis.values())),
+    "code": ("services whose operations log code positions (and, for a wrong return, a step with another branch, "
+             "`else`)", lambda c, fault: bool(code_site(c, fault))),
+    "consumer": ("services that consume a topic", lambda c, fault: any(op.consumes for op in c.operations.values())),
+    "producer": ("services that publish to a topic",
+                 lambda c, fault: any(s.publish for op in c.operations.values() for s in op.steps)),
+}
+
+
+def can(fault: Fault, comp: Component) -> bool:
+    """Whether a fault can act on a component."""
+    traits = fault.acts_on & TRAITS.keys()
+    if traits:
+        return all(TRAITS[t][1](comp, fault.name) for t in traits)
+    return comp.kind in fault.acts_on
+
+
 def applies(name: str, spec: str, system: System) -> str | None:
     """Why a system's description may not apply fault `name` to `spec` (None where it may)."""
     fault = FAULTS.get(name)
@@ -222,21 +244,13 @@ def applies(name: str, spec: str, system: System) -> str | None:
     hit = [c for c in system.components.values() if matches(c, spec)]
     if not hit:
         return f"no component is a {spec}"
-    if "jvm" in fault.acts_on and not all(c.kind == "service" and c.language in JVM for c in hit):
-        return f"it acts on {_acts(fault)}, and a {spec} does not run on a JVM"
-    if "io" in fault.acts_on and not all(any("io" in k.roles for k in c.kpis.values()) for c in hit):
-        return f"it acts on {_acts(fault)}, and a {spec} has no metric of role io"
-    if "code" in fault.acts_on and not any(code_site(c, name) for c in hit):
-        return f"it acts on {_acts(fault)}, and no {spec} has such a step"
-    if kind not in fault.acts_on and not fault.acts_on & {"jvm", "io", "code"}:
-        return f"it acts on {_acts(fault)}, not on a {kind}"
+    if not any(can(fault, c) for c in hit):
+        return f"it acts on {_acts(fault)}, and no {spec} is one"
     return None
 
 
 def _acts(fault: Fault) -> str:
-    words = {"jvm": "services on a JVM", "io": "parts with io metrics", "link": "links", "node": "nodes",
-             "code": ("services whose operations log code positions (and, for a wrong return, a step with another "
-                      "branch, `else`)")}
+    words = {"link": "links", "node": "nodes", **{t: w for t, (w, _) in TRAITS.items()}}
     return ", ".join(words.get(a, a) for a in sorted(fault.acts_on))
 
 
@@ -722,6 +736,141 @@ def wrong_return(day, target, sl, rng):
     _break(day, target, sl, rng, "return")
 
 
+# --- what a service's own switches and queues can do (a system's scenarios name them) ---------------
+
+def _operation(day: Day, target: Target, operation: str | None) -> tuple[str, str]:
+    service = day.topo.service_of[target.pods[0]]
+    return service, operation or next(iter(day.topo.system.components[service].operations))
+
+
+@fault("operation failure", "code defect", SERVICE,
+       [{"type": "metric", "keyword": ["error", "error_ratio", "server_error", "server_error_ratio"]},
+        {"type": "trace", "subtype": "error_anomalies", "keyword": ["{service}"]}],
+       ["error", "error_ratio", "server_error"], ["operation failure", "request failures", "feature flag failure"])
+def operation_failure(day, target, sl, rng, operation: str | None = None, share: float = 0.5,
+                      message: str | None = None):
+    """One operation of the service fails `share` of its requests before it does anything (a failure switch, a
+    feature flag): its callers get errors, and it logs `message` as it fails them."""
+    service, op = _operation(day, target, operation)
+    hit = np.zeros_like(day.own_err)
+    hit[sl, _idx(day, target.pods)] = share
+    day.breaks.setdefault((service, op), []).append(PathBreak("fail", -1, hit))
+    text = message or f"{op} failed: {day.topo.system.components[service].failure}"
+    _burst(day, target.pods, sl, (text,), 1 + 4 * share)
+
+
+@fault("unreachable", "network attack", SERVICE,
+       [{"type": "log", "keyword": ["no such host"]},
+        {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]}],
+       ["client_error", "error", "error_ratio", "request"], ["service unreachable", "name resolution failed"])
+def unreachable(day, target, sl, rng):
+    """No caller can reach it (its address leads nowhere): every call to it fails to connect, so it serves nothing
+    and its cpu and network fall to a tenth."""
+    _cut_off(day, target.pods, sl, "dns", ("pod_cpu_usage", *_NET_KPIS), 0.1)
+
+
+@fault("memory leak", "stress test", SERVICE,
+       [{"type": "metric", "keyword": ["pod_memory_working_set_bytes"]}, {"type": "metric", "keyword": ["rrt"]}],
+       ["pod_memory_working_set_bytes"], ["memory leak", "growing memory usage", "cache leak"])
+def memory_leak(day, target, sl, rng):
+    """The service keeps what it should let go (a cache that never evicts): its memory grows all through the window,
+    and the collector's pauses and work grow with it."""
+    idx = _idx(day, target.pods)
+    grown = np.linspace(0, 1, sl.stop - sl.start)[:, None]
+    day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += grown * _ramp(sl, rng, 1.2e9, 1.6e9)
+    day.pod_kpi["pod_cpu_usage"][sl, idx] += 0.3 * grown
+    day.own_factor[sl, idx] *= 1 + 1.5 * grown
+
+
+@fault("slow responses", "performance", SERVICE,
+       [{"type": "metric", "keyword": ["rrt", "rrt_max"]},
+        {"type": "trace", "subtype": "latency_anomalies", "keyword": ["{service}"]}],
+       ["rrt", "rrt_max"], ["slow responses", "high latency", "delayed responses"])
+def slow_responses(day, target, sl, rng):
+    """Every response of the service is held back about a second (an injected delay before it answers)."""
+    day.own_extra_ms[sl, _idx(day, target.pods)] += _ramp(sl, rng, 800, 1500)
+
+
+@fault("flood", "traffic surge", SERVICE,
+       [{"type": "metric", "keyword": ["request", "response"]}, {"type": "metric", "keyword": ["pod_cpu_usage"]}],
+       ["request", "response", "pod_cpu_usage"], ["request flood", "traffic surge", "load spike"])
+def flood(day, target, sl, rng):
+    """Users flood the service with requests (three to four times its load, from its entry down): it saturates its
+    cpu and works slower."""
+    surge = _ramp(sl, rng, 2.5, 4.0)
+    day.load[sl] *= surge[:, 0]
+    idx = _idx(day, target.pods)
+    day.pod_kpi["pod_cpu_usage"][sl, idx] *= surge
+    day.own_factor[sl, idx] *= 1 + 0.3 * surge
+
+
+def _consumers(system: System, broker: str) -> list[str]:
+    return sorted({c for topic in system.components[broker].topics for c, _ in system.consumers(broker, topic)})
+
+
+def _published(system: System, producer: str) -> list[tuple[str, str]]:
+    """The (broker, topic) a service publishes to."""
+    return sorted({(s.service, s.operation) for op in system.components[producer].operations.values()
+                   for s in op.steps if s.publish})
+
+
+def _lag(day: Day, consumers: list[str], sl: slice, wait_ms: np.ndarray) -> None:
+    for consumer in consumers:
+        day.lag_ms.setdefault(consumer, np.zeros(MINUTES))[sl] += wait_ms
+
+
+def _broker_swells(day: Day, broker: str, sl: slice, backlog: np.ndarray, messages: float) -> None:
+    """A broker whose queues back up: its messages waiting (role `lag`) swell with the backlog, and those it takes
+    in (role `messages`) by `messages` times."""
+    for series in _own(day, broker, "lag"):
+        series[sl] *= 1 + 100 * backlog
+    for series in _own(day, broker, "messages"):
+        series[sl] *= 1 + messages * backlog
+
+
+@fault("consumer stall", "performance", {"consumer"},
+       [{"type": "metric", "keyword": ["consumer_lag"]}], ["consumer_lag"],
+       ["consumer lag", "stalled consumer", "message backlog"])
+def consumer_stall(day, target, sl, rng):
+    """A consumer takes its messages late (a stuck poll loop): its messages wait half a minute or more in their
+    topic, nothing fails; its work comes in bursts."""
+    service = day.topo.service_of[target.pods[0]]
+    _lag(day, [service], sl, _ramp(sl, rng, 20_000, 60_000)[:, 0])
+    day.pod_kpi["pod_cpu_usage"][sl, _idx(day, target.pods)] *= 0.5
+
+
+@fault("producer flood", "traffic surge", {"producer"},
+       [{"type": "metric", "keyword": ["consumer_lag"]},
+        {"type": "metric", "keyword": ["pod_network_transmit_bytes", "pod_network_transmit_packets"]}],
+       ["pod_network_transmit_bytes", "pod_cpu_usage"], ["message flood", "producer overload", "topic flood"])
+def producer_flood(day, target, sl, rng):
+    """A producer floods its topics (a hundred messages where it sent one): its cpu and sent bytes swell, the broker
+    takes in many more messages, and every consumer of them falls behind (their lag grows, nothing fails)."""
+    service = day.topo.service_of[target.pods[0]]
+    backlog = _ramp(sl, rng, 0.7, 1.0)
+    idx = _idx(day, target.pods)
+    day.pod_kpi["pod_cpu_usage"][sl, idx] += 0.6 * backlog
+    for k in ("pod_network_transmit_bytes", "pod_network_transmit_packets"):
+        day.pod_kpi[k][sl, idx] *= 1 + 4 * backlog
+    for broker, topic in _published(day.topo.system, service):
+        _broker_swells(day, broker, sl, backlog[:, 0], 5)
+        _lag(day, [c for c, _ in day.topo.system.consumers(broker, topic)], sl, 30_000 * backlog[:, 0])
+
+
+@fault("queue overload", "performance", {"broker"},
+       [{"type": "metric", "keyword": ["consumer_lag"]}], ["consumer_lag"],
+       ["queue overload", "broker backlog", "consumer lag spike"])
+def queue_overload(day, target, sl, rng):
+    """The broker's queues back up (overloaded, its consumers slowed): every consumer's messages wait long in their
+    topics and the broker's own backlog swells."""
+    broker = day.topo.service_of[target.pods[0]]
+    backlog = _ramp(sl, rng, 0.7, 1.0)[:, 0]
+    _broker_swells(day, broker, sl, backlog, 2)
+    _lag(day, _consumers(day.topo.system, broker), sl, 40_000 * backlog)
+    for series in _own(day, broker, "memory"):
+        series[sl] *= 1 + 0.5 * backlog
+
+
 # --- nodes ---------------------------------------------------------------------------
 
 def _node(day: Day, target: Target) -> int:
@@ -768,8 +917,30 @@ def node_disk_fill(day, target, sl, rng):
 
 
 def get(name: str, system: System) -> Fault:
-    """A fault type the system's description applies."""
+    """A fault type the system's description applies: a fault of the library, or one of its scenarios."""
+    if name in system.scenarios:
+        return scenario(system, name)
     if name not in system.faults:
-        raise ScheduleError(f"unknown fault type '{name}' (known: {', '.join(sorted(system.faults))})")
+        raise ScheduleError(f"unknown fault type '{name}' (known: {', '.join(fault_types(system))})")
     return FAULTS[name]
+
+
+def fault_types(system: System) -> list[str]:
+    """Every fault type a system's description applies, sorted: the library's and its scenarios."""
+    return sorted({*system.faults, *system.scenarios})
+
+
+def scenario(system: System, name: str) -> Fault:
+    """A system's scenario as a fault type: a fault of the library on one component, with the settings the
+    description gives it (an operation, the share of requests it hits, the message it logs), its ground truth the
+    library fault's and the message's."""
+    spec = system.scenarios[name]
+    base = FAULTS[spec["mechanism"]]
+    settings = {k: spec[k] for k in ("operation", "share", "message") if k in spec}
+    words = spec.get("keywords") or ([spec["message"]] if "message" in spec else [])
+    return replace(base, name=name, category=spec.get("category", base.category), target=spec["target"],
+                   apply=partial(base.apply, **settings) if settings else base.apply,
+                   key_observations=base.key_observations + [{"type": "log", "keyword": [w]} for w in words],
+                   key_metrics=spec.get("key_metrics", base.key_metrics),
+                   fault_description=spec.get("description", base.fault_description))
 

@@ -38,7 +38,7 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
         # a restarting pod gets none.
         routed = ~day.unrouted[:, idx]
         share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
-        rate = system.requests_per_minute * day.load * per_request[service]
+        rate = system.requests_per_minute * day.load * per_request.get(service, 0.0)
         for j, (pod, i) in enumerate(zip(pods, idx)):
             tries = np.where(day.unreachable[:, i], RETRIES, 1.0)
             request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * tries)
@@ -99,10 +99,29 @@ def _infra_table(day: Day, kpi: str, values: np.ndarray, labels: list[dict]) -> 
     return pa.table(cols)
 
 
+def consumer_lag(day: Day) -> np.ndarray:
+    """Messages waiting for each consumer pod's group, per minute: the messages it takes a minute times how long
+    each waits in its topic (a few ms, or what a stall or a backlog adds)."""
+    topo = day.topo
+    system = topo.system
+    per_request = requests_per_entry_request(system)
+    lag = np.zeros((MINUTES, len(topo.pods)))
+    for name, comp in system.components.items():
+        if not any(op.consumes for op in comp.operations.values()):
+            continue
+        idx = [topo.index(p) for p in topo.pods_of(name)]
+        rate = system.requests_per_minute * day.load * per_request.get(name, 0.0) / len(idx)
+        wait_ms = 3.0 + day.lag_ms.get(name, np.zeros(MINUTES))
+        lag[:, idx] = (rate * wait_ms / 60_000)[:, None]
+    return lag
+
+
 def infra_tables(day: Day) -> dict[str, pa.Table]:
     """Relative path (without the date suffix) -> table, one per KPI."""
     topo = day.topo
     out = {}
+    if any(op.consumes for c in topo.system.components.values() for op in c.operations.values()):
+        day.pod_kpi["consumer_lag"] = consumer_lag(day)
     system = topo.system
     pod_labels = [dict(instance=topo.node_of[p], namespace=system.namespace, object_type="pod", pod=p)
                   for p in topo.pods]

@@ -38,6 +38,8 @@ def _span(r: dict) -> dict:
             "status": {"code": 2} if r["status_code"] else {}}
     if r["parent_span_id"]:
         span["parentSpanId"] = r["parent_span_id"]
+    if r["peer"]:
+        span["attributes"] = [{"key": "peer.service", "value": {"stringValue": r["peer"]}}]
     return span
 
 

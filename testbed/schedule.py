@@ -84,10 +84,10 @@ def load_schedule(path: Path, topo: Topology, limit: int | None = None) -> list[
 def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
     """`n` cases an hour apart, cycling through every fault type in a seeded order."""
     rng = np.random.default_rng([seed, 3])
-    names = list(rng.permutation(sorted(topo.system.faults)))
+    names = list(rng.permutation(faults.fault_types(topo.system)))
     cases = []
     for i in range(n):
-        fault = faults.FAULTS[names[i % len(names)]]
+        fault = faults.get(names[i % len(names)], topo.system)
         options = fault.candidates(topo)
         target = options[int(rng.integers(len(options)))]
         start = RANDOM_START + dt.timedelta(hours=i, seconds=int(rng.integers(0, 60)))

@@ -183,9 +183,12 @@ def _load(path: str) -> System:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where else ""
         raise DescriptionError(f"{path}: not valid YAML{at} ({getattr(e, 'problem', None) or e})") from None
-    errors = sorted(_validator().iter_errors(raw), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        e = errors[0]
+    e = jsonschema.exceptions.best_match(_validator().iter_errors(raw))  # the deepest, most telling error
+    if e is not None and e.validator == "oneOf" and isinstance(e.instance, dict):  # a step: the kind it says it is
+        meant = [i for i, sub in enumerate(e.validator_value) if set(sub.get("required", ())) <= set(e.instance)]
+        inner = [c for c in e.context if meant and c.relative_schema_path[0] == meant[0]]
+        e = jsonschema.exceptions.best_match(inner) if inner else e
+    if e is not None:
         raise DescriptionError(f"{path}: {_field(e.absolute_path) or 'the file'}: {_said(e)}")
     return _build(raw, path)
 
@@ -304,13 +307,27 @@ def _check(system: System, fail) -> None:
     total = sum(system.mix.values())
     if abs(total - 1) > 1e-6:
         fail("workload.mix", f"the shares add up to {total:g}, not 1")
-    from .faults import applies  # the fault library knows what each fault type can act on
+    from .faults import FAULTS, applies, can  # the fault library knows what each fault type can act on
 
     for fault, kinds in system.faults.items():
         for i, kind in enumerate(kinds):
             problem = applies(fault, kind, system)
             if problem:
                 fail(f"faults.{fault}[{i}]", problem)
+    for name, spec in system.scenarios.items():
+        where = f"scenarios.{name}"
+        if name in system.faults:
+            fail(where, "a scenario is named as a fault of the library the description applies already")
+        target = comps.get(spec["target"])
+        if target is None:
+            fail(f"{where}.target", f"'{spec['target']}' is not a declared component")
+        problem = applies(spec["mechanism"], target.kind + (f":{target.language}" if target.language else ""), system)
+        if problem:
+            fail(f"{where}.mechanism", problem)
+        if not can(FAULTS[spec["mechanism"]], target):
+            fail(f"{where}.target", f"'{spec['mechanism']}' cannot act on '{spec['target']}'")
+        if spec.get("operation") and spec["operation"] not in target.operations:
+            fail(f"{where}.operation", f"'{spec['operation']}' is not an operation of '{spec['target']}'")
 
 
 def _no_cycle(system: System, fail) -> None:

@@ -92,7 +92,7 @@ class Hour:
     served: Served
 
 
-BREAKS = ("", "exception", "return")  # how a code fault breaks an operation's path (`faults.PathBreak`)
+BREAKS = ("", "exception", "return", "fail")  # how a fault breaks an operation's path (`workload.PathBreak`)
 
 
 def _hex_ids(rng: np.random.Generator, n: int, nbytes: int) -> np.ndarray:
@@ -184,8 +184,8 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                 hit = (rng.random(n) < b.share[minute, pod[k]]) & (cut[k] > b.step)
                 cut[k] = np.where(hit, b.step, cut[k])
                 broke[k] = np.where(hit, BREAKS.index(b.kind), broke[k])
-                if b.kind == "exception":
-                    kind[k] = np.where(hit, KINDS.index("exception"), kind[k])
+                if b.kind in ("exception", "fail"):
+                    kind[k] = np.where(hit, KINDS.index("exception" if b.kind == "exception" else "failed"), kind[k])
             if node.parent < 0:
                 continue
             children[node.parent].append(k)
@@ -275,8 +275,10 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                                  server_op))
                 else:
                     parent = span_id[k, "client"] if client_op else span_id[p, "client"]
+                    consumer = node.mode == "consume"  # it names the broker it takes its messages from
                     rows.append((reached[k], span_id[k, "server"], parent, s_start[k], server[k], pod[k],
-                                 fixed[6] if node.mode == "consume" else fixed[2], ip_vocab[pod[p]],
+                                 fixed[6] if consumer else fixed[2],
+                                 np.full(n, vocab(nodes[p].service)) if consumer else ip_vocab[pod[p]],
                                  ports[rng.integers(0, len(ports), n)], server_kind, server_op))
                 served["start"].append(s_start[k][reached[k]])
                 served["dur"].append(server[k][reached[k]] * 1000)

@@ -158,9 +158,10 @@ class LogBurst:
 
 @dataclass(frozen=True)
 class PathBreak:
-    """A code fault in an operation: at its step `step`, for `share` of its requests per minute and pod (M, pods),
-    it throws (`exception`: the rest of its steps do not run and its caller gets an error) or a method it calls
-    returns a wrong value (`return`: it takes the step's other branch and returns)."""
+    """A fault in an operation's code: at its step `step`, for `share` of its requests per minute and pod (M, pods),
+    it throws (`exception`: the rest of its steps do not run and its caller gets an error), a method it calls
+    returns a wrong value (`return`: it takes the step's other branch and returns), or it fails before its first
+    step (`fail`, step -1: a failure switch)."""
 
     kind: str
     step: int

@@ -36,7 +36,8 @@ def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fau
                     at = ts + dt.timedelta(milliseconds=1 + depth * 5 + j)
                     lines.append((at, f"{service}-0", service, "node-1", 1, f"12:00:00.000 INFO {position} did",
                                   1, "INFO", trace, span, position))
-    t.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", spans)
+    t.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, operation, "
+                         "kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", spans)
     t.con.execute("insert or ignore into log_templates values (1, 'INFO <*> did', null, 0)")
     t.con.executemany("insert into log_lines (ts, component, service, node, template_id, message, file_id, level, "
                       "trace_id, span_id, event) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", lines)
@@ -129,7 +130,8 @@ def test_a_first_call_that_changed_with_its_caller_s_path_is_the_caller_s(tiny):
                          "order", "order-0", "node-1", "op", None, None, 1))
             rows.append((trace, f"{trace}-cat", f"{trace}-order", ts + dt.timedelta(milliseconds=3), 10_000,
                          "cat", "cat-0", "node-1", "y" if during(i) else "x", None, None, 1))
-    tiny.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    tiny.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, operation, "
+                         "kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     for service in ("front", "order", "ads", "cat"):
         tiny.place(f"{service}-0", service)
     found = {i.component: i for i in events.collect(tiny.done(), window())}

@@ -76,7 +76,8 @@ class Tiny:
                     rows.append((trace, f"{trace}-{depth}", parent, ts + dt.timedelta(microseconds=late), dur + extra,
                                  svc, f"{svc}-0", "node-1", "op", None, failed, 1))
                     dur -= 10_000
-        self.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, operation, "
+                         "kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def place(self, pod, service, node="node-1"):
         self.con.execute("insert into placement values (?, ?, ?, ?, ?)", [pod, service, node, T0, T0])
@@ -428,7 +429,8 @@ def test_a_caller_s_self_time_is_its_wait_on_a_slow_call_however_few_its_calls(t
                          "op", None, None, 1))
             if calls:
                 rows.append((trace, f"{trace}-1", f"{trace}-0", ts, 10_000, "t", "t-0", "node-1", "op", None, None, 1))
-    tiny.con.executemany("insert into spans values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    tiny.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, operation, "
+                         "kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     selves = [i for i in traces.collect(tiny.done(), Window(START, END)) if i.signal == "self time"]
     assert [(i.component, i.echo) for i in selves] == [("p", True)] and "waiting on t" in selves[0].text
 

@@ -20,6 +20,7 @@ INFRA_LABELS = {"time", "cf", "device", "instance", "kpi_key", "kpi_name", "kube
 FAMILIES = {"infra_pod": ("infra_pod", None), "infra_node": ("infra_node", None),
             "infra_tidb": ("tidb", "tidb-tidb"), "infra_tikv": ("tikv", "tidb-tikv"), "infra_pd": ("pd", "tidb-pd")}
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}$")
+FAMILY = re.compile(r"infra_([a-z0-9]+)_")  # an infra file's family, the word after `infra_` in its name
 UTC_TS = "cast(cast({} as timestamptz) as timestamp)"
 SERVICE_OF_POD = r"regexp_replace({}, '-\d+$', '')"
 
@@ -75,7 +76,10 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
                make_timestamp(startTime) as ts, duration as duration_us, process.serviceName as service,
                {tag('process.tags', 'name')} as pod, {tag('process.tags', 'node_name')} as node,
                operationName as operation, {tag('tags', 'span.kind')} as kind,
-               try_cast({tag('tags', 'status.code')} as integer) as status_code
+               try_cast({tag('tags', 'status.code')} as integer) as status_code,
+               case when {tag('tags', 'span.kind')} in ('client', 'producer', 'consumer') then coalesce(
+                   {tag('tags', 'peer.service')}, nullif(regexp_extract({tag('tags', 'net.peer.ip')}, '^[a-z][a-z0-9-]*$'), ''))
+               end as peer
         from {src}""", params)
     rel = file.path.as_posix()
     if "/apm/" in rel:
@@ -87,23 +91,27 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
                cast(null as text) as node, metric, value
         from (unpivot (select time, object_id, object_type, {doubles} from {src})
               on {metrics} into name metric value value)""", params)
-    family = next((f for f in FAMILIES if f in file.path.name), None)
+    family = FAMILY.search(file.path.name)
     if family is None:
         raise LoadError("not an apm or infra metric file")
     columns = [r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()]
     values = [c for c in columns if c not in INFRA_LABELS]
     if len(values) != 1:
         raise LoadError(f"expected one value column besides {sorted(INFRA_LABELS)}, found {values}")
-    source, part = FAMILIES[family]
+    family = f"infra_{family[1]}"
+    source, part = FAMILIES.get(family, (family[len("infra_"):], None))  # another datastore the testbed writes
     params |= {"kpi": values[0], "source": source}
     if family == "infra_pod":
         who = f"pod as component, 'pod' as component_kind, {SERVICE_OF_POD.format('pod')} as service, instance as node"
     elif family == "infra_node":
         who = ("coalesce(nullif(kubernetes_node, ''), instance) as component, 'node' as component_kind, "
                "cast(null as text) as service, coalesce(nullif(kubernetes_node, ''), instance) as node")
-    else:
+    elif part:
         params["part"] = part
         who = ("coalesce(nullif(pod, ''), $part) as component, 'tidb' as component_kind, $part as service, "
+               "nullif(instance, '') as node")
+    else:
+        who = (f"pod as component, $source as component_kind, {SERVICE_OF_POD.format('pod')} as service, "
                "nullif(instance, '') as node")
     return Query(f"""
     select {UTC_TS.format('time')} as ts, $source as source, {who}, $kpi as metric,

@@ -86,7 +86,7 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                make_timestamp(cast(StartTimeUnixNano as bigint) // 1000) as ts,
                cast(Duration as bigint) as duration_us, {SERVICE_OF_POD.format('PodName')} as service,
                PodName as pod, cast(null as text) as node, OperationName as operation, cast(null as text) as kind,
-               cast(null as integer) as status_code
+               cast(null as integer) as status_code, cast(null as text) as peer
         from {src}""", params, rejects=True)
     columns = [r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()]
     who = "PodName" if "PodName" in columns else "ServiceName"

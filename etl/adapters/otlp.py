@@ -154,7 +154,10 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                     then 'server' when it.kind in ('3', 'SPAN_KIND_CLIENT') then 'client'
                     when it.kind in ('4', 'SPAN_KIND_PRODUCER') then 'producer'
                     when it.kind in ('5', 'SPAN_KIND_CONSUMER') then 'consumer' end as kind,
-               case when it.status.code in ('2', 'STATUS_CODE_ERROR') then 2 else 0 end as status_code
+               case when it.status.code in ('2', 'STATUS_CODE_ERROR') then 2 else 0 end as status_code,
+               case when it.kind in ('3', '4', '5', 'SPAN_KIND_CLIENT', 'SPAN_KIND_PRODUCER', 'SPAN_KIND_CONSUMER')
+                    then coalesce({_attr('it.attributes', 'peer.service')}, {_attr('it.attributes', 'server.address')},
+                                  {_attr('it.attributes', 'net.peer.name')}) end as peer
         from (select *, {WHO} from {_rows('trace')})""", params)
     if file.kind == "log":
         body = f"coalesce({_text('it.body')}, '')"

@@ -110,7 +110,7 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
            {_time('startTime')} as ts, cast(try_cast(duration as double) as bigint) as duration_us,
            serviceName as service, cast(null as text) as pod, cast(null as text) as node,
            {operation or 'cast(null as text)'} as operation, cast(null as text) as kind,
-           case when {status} >= 400 or {status} = 2 then {status} else 0 end as status_code
+           case when {status} >= 400 or {status} = 2 then {status} else 0 end as status_code, cast(null as text) as peer
     from {_reader(file.path)}""", params)
 
 

@@ -70,8 +70,9 @@ SIGNALS = (
     (re.compile(r"filesystem|disk|io_util|syscall|raft|region|stall|compaction", re.I), "disk"),
     (re.compile(r"network|receive|transmit|packet|tcp", re.I), "network"),
     (re.compile(r"error|fail|success", re.I), "errors"),
+    (re.compile(r"(^|_)lag", re.I), "lag"),  # the messages waiting for a consumer
     (re.compile(r"rrt|latency|duration|timeout", re.I), "latency"),
-    (re.compile(r"request|response|qps|ops|workload|count", re.I), "traffic"),
+    (re.compile(r"request|response|qps|ops|workload|count|messages", re.I), "traffic"),
     (re.compile(r"up$|uptime|is_up", re.I), "up"),
 )
 # Measured on the caller's side of a call: the callee's trouble shows here too.
@@ -80,7 +81,7 @@ ECHO = re.compile(r"client", re.I)
 
 # Signals whose fall is no fault (less CPU, faster answers); memory and processes fall when a container
 # restarts, traffic and network fall when calls stop.
-RISING = {"cpu", "disk", "errors", "latency"}
+RISING = {"cpu", "disk", "errors", "latency", "lag"}
 
 
 def signal_of(metric: str) -> str:

@@ -1,0 +1,179 @@
+"""Systems described in files: a bad description is one line naming the file and the field, and nothing is written;
+a system written only for this test simulates, loads and ranks; a consumer's lag with no failed call is the
+consumer's trouble or the producer's, whichever holds; Train Ticket's calls are those of its real days' traces."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import SHARED
+from features.cases import load_questions
+from features.digest import build_digest
+from features.refresh import nightly
+from etl import store
+from rcalab.cli import cli
+from testbed.faults import get
+from testbed.schedule import Case, format_time
+from testbed.simulate import simulate
+from testbed.system import load, shipped_names
+from testbed.topology import Topology
+
+# A shop written for this test alone: an entry, a service that writes orders to PostgreSQL and publishes them to
+# Kafka, two consumers of the topic, and a cache.
+SHOP = {
+    "name": "testshop",
+    "namespace": "shop",
+    "nodes": {"workers": ["w1", "w2", "w3"]},
+    "workload": {"entry": "web", "requests_per_minute": 600, "traces_per_minute": 60,
+                 "mix": {"GET /items": 0.7, "POST /order": 0.3}},
+    "components": {
+        "web": {"kind": "service", "language": "python", "replicas": 2, "own_ms": 2.0, "protocol": "http", "port": 80,
+                "failure": "web request failed",
+                "operations": {"GET /items": {"steps": [{"call": "catalog.List"}]},
+                               "POST /order": {"steps": [{"call": "orders.Place"}]}}},
+        "catalog": {"kind": "service", "language": "go", "replicas": 2, "own_ms": 1.5,
+                    "rpc": {"service": "shop.Catalog", "port": 7000}, "failure": "could not list items",
+                    "operations": {"List": {"steps": [{"log": "listing items"}, {"call": "cache.GET"}]}}},
+        "orders": {"kind": "service", "language": "java", "replicas": 1, "own_ms": 3.0,
+                   "rpc": {"service": "shop.Orders", "port": 7001}, "failure": "could not place order",
+                   "operations": {"Place": {"method": "placeOrder", "steps": [
+                       {"log": "placing order {id}"}, {"call": "db.INSERT"}, {"publish": "queue.orders"}]}}},
+        "billing": {"kind": "service", "language": "go", "replicas": 1, "own_ms": 2.0,
+                    "rpc": {"service": "shop.Billing", "port": 7002}, "failure": "billing failed",
+                    "operations": {"orders process": {"consumes": "queue.orders", "steps": [{"log": "billed {id}"}]}}},
+        "mailer": {"kind": "service", "language": "python", "replicas": 1, "own_ms": 2.0,
+                   "rpc": {"service": "shop.Mailer", "port": 7003}, "failure": "mail failed",
+                   "operations": {"orders process": {"consumes": "queue.orders", "steps": [{"log": "mailed {id}"}]}}},
+        "cache": {"kind": "cache", "replicas": 1, "own_ms": 0.3, "port": 6379, "client_spans": True,
+                  "failure": "cache unreachable", "operations": {"GET": {}}},
+        "db": {"kind": "database", "replicas": 1, "own_ms": 0.8, "port": 5432, "client_spans": True,
+               "failure": "database unreachable", "operations": {"INSERT": {}},
+               "metrics": {"source": "postgresql", "kpis": {"pg_up": [1.0, 0.0, 0.0, ["stops"]],
+                                                            "pg_commits": [20.0, 0.1, 1.0, ["stops", "throughput"]]}}},
+        "queue": {"kind": "broker", "replicas": 1, "own_ms": 0.5, "port": 9092, "topics": ["orders"],
+                  "failure": "broker unreachable", "operations": {},
+                  "metrics": {"source": "kafka", "kpis": {"kafka_messages_in": [20.0, 0.1, 1.0, ["stops", "messages"]]}}},
+    },
+    "faults": {"cpu stress": ["service"], "pod failure": ["service", "database"], "consumer stall": ["service"],
+               "producer flood": ["service"], "jvm gc": ["service:java"], "network delay": ["link"]},
+}
+
+
+def write(tmp_path, description, name="shop.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(description, sort_keys=False))
+    return path
+
+
+def changed(description, where: str, value):
+    """A copy of `description` with the field at the path `where` (parts split by /, a / in a part as %2F) set to
+    `value` (None: removed)."""
+    out = json.loads(json.dumps(description))
+    *path, last = [part.replace("%2F", "/") for part in where.split("/")]
+    node = out
+    for part in path:
+        node = node[int(part)] if part.isdigit() else node[part]
+    if value is None:
+        del node[last]
+    elif last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("where, value, message", [
+    ("components/catalog/operations/List/steps/1", {"call": "nowhere.GET"},
+     "components.catalog.operations.List.steps[1].call: 'nowhere' is not a declared component"),
+    ("components/cache/operations/GET", {"steps": [{"call": "catalog.List"}]},
+     "components.cache.operations.GET.steps[0].call: a cycle of synchronous calls: catalog.List -> cache.GET -> "
+     "catalog.List"),
+    ("faults/jvm gc", ["database"], "faults.jvm gc[0]: it acts on services on a JVM, and no database is one"),
+    ("components/orders/kind", None, "components.orders: 'kind' is a required property"),
+    ("components/catalog/replicas", "two", "components.catalog.replicas: 'two' is not of type 'integer'"),
+    ("components/web/operations/GET %2Fitems/steps/0", {"call": "catalog.List", "p": 1.5},
+     "components.web.operations.GET /items.steps[0].p: 1.5 is greater than the maximum of 1"),
+])
+def test_a_bad_description_is_one_line_naming_the_file_and_field(tmp_path, where, value, message):
+    path = write(tmp_path, changed(SHOP, where, value))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["simulate", str(out), "--system", str(path), "--cases", "2"])
+    assert result.exit_code == 1
+    assert result.output == f"Error: {path}: {message}\n"
+    assert not out.exists()
+
+
+def test_every_shipped_system_loads_and_names_what_it_simulates():
+    assert {"hipstershop", "trainticket", "otel-demo"} <= set(shipped_names())
+    for name in shipped_names():
+        system = load(name)
+        assert system.entry in system.components and system.faults
+
+
+@pytest.fixture(scope="module")
+def shop_store(tmp_path_factory):
+    """The test's shop, a day of it with a fault an hour of five kinds, loaded."""
+    tmp = tmp_path_factory.mktemp("shop")
+    system = load(write(tmp, SHOP))
+    topo = Topology.build(4, system)
+    cases = []
+    for i, (fault, target) in enumerate([("cpu stress", "catalog"), ("consumer stall", "billing"),
+                                         ("producer flood", "orders"), ("pod failure", "db"),
+                                         ("consumer stall", "mailer"), ("cpu stress", "web")]):
+        kind = get(fault, system)
+        chosen = next(t for t in kind.candidates(topo) if t.pods and topo.service_of[t.pods[0]] == target
+                      and t.level == "service")
+        start = dt.datetime(2025, 6, 6, 2 + 3 * i, 10, tzinfo=dt.timezone.utc)
+        end = start + dt.timedelta(minutes=12)
+        uuid = f"shop-{i}"
+        cases.append(Case(uuid, kind, chosen, start, end, kind.truth(topo, chosen, format_time(start), format_time(end),
+                                                                     uuid)))
+    dump = tmp / "dump"
+    simulate(dump, cases, topo, scale=0.2, seed=4)
+    db = tmp / "shop.duckdb"
+    nightly(dump, db)
+    return db, dump, cases
+
+
+def test_a_system_written_only_for_the_test_simulates_loads_and_ranks(shop_store):
+    db, dump, cases = shop_store
+    con = store.connect(db, read_only=True)
+    first = {q.uuid: build_digest(con, q).candidates[0].component for q in load_questions(dump / "input.json")}
+    right = [c.uuid for c in cases if first[c.uuid].startswith(c.truth["service"])]
+    assert len(right) >= 5, first  # of six
+
+
+def test_a_consumers_lag_is_the_consumers_or_the_producers_whichever_holds(shop_store):
+    """A stalled consumer lags alone (its own trouble); a producer that floods its topic makes every consumer lag
+    (the producer's trouble, felt downstream): no call fails in either."""
+    db, dump, cases = shop_store
+    con = store.connect(db, read_only=True)
+    questions = {q.uuid: q for q in load_questions(dump / "input.json")}
+    for case in cases:
+        if case.fault.name in ("consumer stall", "producer flood"):
+            digest = build_digest(con, questions[case.uuid])
+            assert digest.candidates[0].component == case.truth["service"], (case.fault.name, digest.text)
+    (errors,), = con.execute("select count(*) filter (where status_code <> 0) from spans where ts between ? and ?",
+                             [cases[1].start.replace(tzinfo=None), cases[1].end.replace(tzinfo=None)]).fetchall()
+    assert errors < 5  # a stall fails nothing
+
+
+def test_train_tickets_calls_are_those_of_its_real_days():
+    system = load("trainticket")
+    described = {(c, d) for c, d in system.calls() if system.components[d].traced}
+    real = set()
+    for day in ("nezha-trainticket", "nezha-trainticket-0129am"):
+        traces = SHARED / day / "rca_data"
+        rows = duckdb.execute(f"""
+            select distinct regexp_replace(p.PodName, '-[a-z0-9]{{8,10}}-[a-z0-9]{{5}}$', ''),
+                            regexp_replace(c.PodName, '-[a-z0-9]{{8,10}}-[a-z0-9]{{5}}$', '')
+            from read_csv('{traces}/*/trace/*.csv', all_varchar = true) c
+            join read_csv('{traces}/*/trace/*.csv', all_varchar = true) p
+              on c.ParentID = p.SpanID and c.TraceID = p.TraceID""").fetchall()
+        real |= {(a, b) for a, b in rows if a != b}
+    assert described <= real and len(described) >= 0.9 * len(real), (described - real, real - described)
