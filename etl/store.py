@@ -253,10 +253,13 @@ def attach(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str) -> None
     con.execute(f"attach if not exists {literal} as {alias} (read_only)")
 
 
-def _listed(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
-    """The catalog's shards by alias: their kind and file name."""
-    return {f"shard_{build}": (kind, file)
-            for build, kind, file in con.execute("select build, kind, file from shards order by kind, key").fetchall()}
+def _listed(con: duckdb.DuckDBPyConnection, lo: dt.datetime | None = None, hi: dt.datetime | None = None
+            ) -> dict[str, tuple[str, str]]:
+    """The catalog's shards by alias: their kind and file name; those that hold rows between `lo` and `hi`, where
+    given."""
+    within = "" if lo is None else "where hi >= ? and lo <= ?"
+    return {f"shard_{build}": (kind, file) for build, kind, file in con.execute(
+        f"select build, kind, file from shards {within} order by kind, key", [] if lo is None else [lo, hi]).fetchall()}
 
 
 def _views(con: duckdb.DuckDBPyConnection, listed: dict[str, tuple[str, str]]) -> None:
@@ -287,12 +290,20 @@ def threads(con: duckdb.DuckDBPyConnection) -> int:
     return int(con.execute("select current_setting('threads')").fetchall()[0][0])
 
 
-def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """A cursor of a store's connection (one per thread) that reads the shards' tables as the connection does
-    (temporary views are a connection's own; the shards are attached already)."""
+def cursor(con: duckdb.DuckDBPyConnection, lo: dt.datetime | None = None, hi: dt.datetime | None = None
+           ) -> duckdb.DuckDBPyConnection:
+    """A cursor of a store's connection (one per thread) that reads the shards' tables (temporary views are a
+    connection's own; the shards are attached already): those of `focus(lo, hi)` where given."""
     cur = con.cursor()
-    _views(cur, _listed(cur))
+    _views(cur, _listed(cur, lo, hi))
     return cur
+
+
+def focus(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> None:
+    """Read only the shards that hold rows between `lo` and `hi` (a case's window or a day's scan, and as far as
+    their baselines and reference windows reach): a read costs the same on the thirtieth day of a store as on the
+    second. A store without shards is read as it is."""
+    _views(con, _listed(con, lo, hi))
 
 
 def shard_views(con: duckdb.DuckDBPyConnection, loads: list[str], features: list[str]) -> None:

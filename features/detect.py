@@ -28,6 +28,8 @@ demo's simulated day; `STEP`, `LENGTH`, `REFERENCES`, `FLOOR` were chosen on the
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import math
 import os
 import statistics
@@ -36,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby
+from pathlib import Path
 
 import duckdb
 from scipy.stats import norm
@@ -54,6 +57,8 @@ STAY = 0.4  # an incident runs on over its culprit's windows that score this muc
 WIDTH = 0.1  # of the logistic that says how far a level is past ABNORMAL
 CLEAR = 0.45  # below this confidence an answer says "no clear root cause"
 REFERENCES = 12  # windows of a case's length, spread over its day, that describe normal
+SPACING = dt.timedelta(hours=2)  # between a day's reference windows
+MIN_REFERENCES = 4  # fewer of a day's windows in the store, and they are spread over the store instead
 FLOOR = 0.05  # the least spread of normal levels: a store whose windows all score alike is not infinitely sure
 DAY = dt.timedelta(hours=24)
 CANDIDATES = 5  # a window's candidates: a digest's, and those whose slow links can tell its level
@@ -128,40 +133,99 @@ def level(con: duckdb.DuckDBPyConnection, w: Window) -> Level:
     return Level(w, alarm(ranked), top, ranking.service_of.get(top, top))
 
 
+def reach(w: Window) -> tuple[dt.datetime, dt.datetime]:
+    """What a window's ranking and confidence read: its UTC day's reference windows, and a day either side, as far
+    as their baselines and a day's routine reach."""
+    day = w.start.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - DAY, max(day + 2 * DAY, w.end + DAY)
+
+
 def span(con: duckdb.DuckDBPyConnection) -> tuple[dt.datetime, dt.datetime] | None:
     lo, hi = con.execute("select min(ts), max(ts) from metric_points").fetchone()
     return (lo, hi) if lo else None
 
 
 def references(con: duckdb.DuckDBPyConnection, w: Window) -> list[Window]:
-    """Windows of w's length spread evenly over the day around it (within the store), none touching w.
-    They start on whole hours, so that cases of one length on one day share them."""
+    """Windows of w's length (rounded to `ROUND`) spread over w's UTC day, none touching w: one every `SPACING` from
+    the day's midnight, within the store, so that the cases of one day and length share them. A store that holds
+    less of the day than `MIN_REFERENCES` of them: as many windows of the length as fit in it, evenly."""
     known = span(con)
     if known is None:
         return []
     length = max(ROUND, (w.end - w.start + ROUND / 2) // ROUND * ROUND)
-    lo = max(known[0], w.start - DAY / 2).replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-    hi = min(known[1], w.end + DAY / 2) - length
-    if hi <= lo:  # a store shorter than two hours: as many windows of the length as fit
+    day = w.start.replace(hour=0, minute=0, second=0, microsecond=0)
+    lo, hi = max(known[0], day), min(known[1], day + DAY) - length
+    starts = [day + SPACING * k for k in range(REFERENCES) if lo <= day + SPACING * k <= hi]
+    if len(starts) < MIN_REFERENCES:
         lo, hi = known[0], known[1] - length
-    gap = max((hi - lo) / REFERENCES, dt.timedelta(minutes=1))
-    starts = [lo + gap * i for i in range(REFERENCES) if lo + gap * i <= hi]
+        gap = max((hi - lo) / REFERENCES, dt.timedelta(minutes=1))
+        starts = [lo + gap * i for i in range(REFERENCES) if lo + gap * i <= hi]
     return [Window(s, s + length) for s in starts if s + length < w.start - STEP or s > w.end + STEP]
 
 
 _seen: dict[tuple, Level] = {}  # levels of reference windows, per store file and window
 
 
+def forget() -> None:
+    """Drop the levels this process keeps (a benchmark that times reads as a new process meets them)."""
+    _seen.clear()
+
+
 def normal_around(con: duckdb.DuckDBPyConnection, w: Window) -> Normal | None:
+    """The normal levels of w's day: its reference windows' levels, ranked once per store, day and length and kept
+    for every process beside the store's shards (`_kept`), until a shard they read changes."""
     name = store_file(con)
+    refs = references(con, w)
+    kept = _kept(con, name, w, refs)
     scores = []
-    for ref in references(con, w):
+    for ref in refs:
         key = (name, ref)
         if key not in _seen:
-            _seen[key] = level(con, ref)
+            _seen[key] = Level(ref, kept[ref.start], None) if ref.start in kept else level(con, ref)
         if _seen[key].score is not None:
             scores.append(_seen[key].score)
+    _keep(con, name, w, refs, kept)
     return Normal.of(scores)
+
+
+def _cache_file(con: duckdb.DuckDBPyConnection, name: str, w: Window, refs: list[Window]) -> Path | None:
+    """Where the levels of w's day and length are kept: a file beside the store's shards named by the builds of the
+    shards their windows read (so that a day reloaded, or a neighbour's, leaves the old file unread); None for a
+    store without shards."""
+    if not refs:
+        return None
+    lo, hi = refs[0].start - DAY, refs[-1].end + DAY
+    builds = [b for b, in con.execute("select build from shards where hi >= ? and lo <= ? order by build",
+                                      [lo, hi]).fetchall()]
+    if not builds:
+        return None
+    minutes = int((refs[0].end - refs[0].start).total_seconds() // 60)
+    key = hashlib.sha1(",".join(map(str, builds)).encode()).hexdigest()[:12]
+    return store.shard_dir(name) / f"levels-{refs[0].start:%Y-%m-%d}-{minutes}m-{key}.json"
+
+
+def _kept(con, name: str, w: Window, refs: list[Window]) -> dict[dt.datetime, float | None]:
+    path = _cache_file(con, name, w, refs)
+    try:
+        return {dt.datetime.fromisoformat(k): v for k, v in json.loads(path.read_text()).items()} if path else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _keep(con, name: str, w: Window, refs: list[Window], kept: dict) -> None:
+    """Keep the levels of w's reference windows for other processes, where the store's folder may be written (a
+    read-only store is read all the same)."""
+    path = _cache_file(con, name, w, refs)
+    levels = {**{k.isoformat(): v for k, v in kept.items()},
+              **{ref.start.isoformat(): _seen[(name, ref)].score for ref in refs if (name, ref) in _seen}}
+    if path is None or levels.keys() <= {k.isoformat() for k in kept}:
+        return
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(levels))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def confidence(con: duckdb.DuckDBPyConnection, w: Window, score: float) -> float | None:
@@ -193,10 +257,11 @@ def levels_of(con: duckdb.DuckDBPyConnection, todo: list[Window], progress=lambd
     the interpreter while they run. Each query gets one core: a window's queries are small, and DuckDB's own
     workers on them only contend with the other windows' (the scan takes a fifth longer)."""
     cursors = threading.local()
+    lo, hi = (reach(todo[0])[0], reach(todo[-1])[1]) if todo else (None, None)
 
     def one(w: Window) -> Level:
         if not hasattr(cursors, "con"):
-            cursors.con = store.cursor(con)
+            cursors.con = store.cursor(con, lo, hi)
         return level(cursors.con, w)
 
     levels = []

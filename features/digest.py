@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from etl import store
+
 from .cases import Question
-from .detect import CANDIDATES, alarm, clear, confidence
+from .detect import CANDIDATES, alarm, clear, confidence, reach
 from .evidence import BASELINE, Window, flat
 from .options import Option, options
 from .path import Hop, fault_paths, written
@@ -65,6 +67,7 @@ class Digest:
 
 def build_digest(con: duckdb.DuckDBPyConnection, q: Question) -> Digest:
     w = Window.around(q.start, q.end)
+    store.focus(con, *reach(w))
     ranking = rank_window(con, w, CANDIDATES)
     ranked, node_of = ranking.candidates, ranking.node_of
     opts = {c.component: options(c.evidence, c.level) for c in ranked[:OPTION_CANDIDATES]}

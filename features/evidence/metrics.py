@@ -53,6 +53,11 @@ def collect(con, w: Window) -> list[Item]:
 _spans: dict[tuple, tuple] = {}  # the times a store's metric_anomaly covers, per file and load
 
 
+def forget() -> None:
+    """Drop the spans this process keeps (a benchmark that times reads as a new process meets them)."""
+    _spans.clear()
+
+
 def other_hours(con, lo, hi, own_lo, own_hi) -> float:
     """Hours of [lo, hi] the store holds outside [own_lo, own_hi]."""
     key = (store_file(con), con.execute("select max(loaded_at) from manifest").fetchone()[0])
