@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from scipy.stats import mannwhitneyu
@@ -23,6 +26,7 @@ from . import baselines, detect
 from .cases import Question, load_questions
 from .digest import build_digest
 from .evidence import Window
+from .evidence import metrics as metrics_family
 from .graph import service_of
 from .refresh import nightly
 
@@ -146,6 +150,80 @@ def scale_run(scale: float = 0.25, days: int = 4) -> dict:
         for name, r in runs.items()}}
 
 
+def store_run(scale: float = 0.01, days: int = 30, progress=lambda what: None) -> dict:
+    """A store filled night after night, as the nightly job fills it: `days` simulated days (a fault an hour), each
+    night one more day loaded. Each night's ETL time; and, with two days loaded and with all of them, the time of a
+    digest of the first day's and of the newest day's cases (caches cleared), of `detect` over the newest day, and of
+    twelve cases of one hour against one of them asked twelve times."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, inc, db = Path(tmp) / "dump", Path(tmp) / "incoming", Path(tmp) / "store.duckdb"
+        progress(f"store: simulating {days} days")
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(src), "--cases", str(24 * (days - 1) + 1),
+                        "--scale", str(scale), "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        folders = sorted(p for p in src.iterdir() if p.is_dir())
+        questions = load_questions(src / "input.json")
+        inc.mkdir()
+        nights, measured = [], {}
+        for night, folder in enumerate(folders, 1):
+            progress(f"store: night {night} of {len(folders)}")
+            shutil.copytree(folder, inc / folder.name, copy_function=os.link)
+            started = time.perf_counter()
+            nightly(inc, db)
+            nights.append(time.perf_counter() - started)
+            if night in (2, len(folders)):
+                measured[night] = _reads(db, questions, folders[0].name, folders[night - 1].name)
+    two, full = measured[2], measured[len(folders)]
+    rows = {name: {"2 days": two[name], f"{len(folders)} days": full[name],
+                   "ratio": round(full[name] / two[name], 2) if two[name] else None} for name in two}
+    early, late = nights[1:4], nights[-3:]
+    rows["a night's ETL, s (nights 2-4, the last 3)"] = {"2 days": round(statistics.mean(early), 2),
+                                                          f"{len(folders)} days": round(statistics.mean(late), 2),
+                                                          "ratio": round(statistics.mean(late) / statistics.mean(early), 2)}
+    return {"scale": scale, "days": len(folders), "columns": ["2 days", f"{len(folders)} days", "ratio"],
+            "rows": rows, "nights": [round(n, 2) for n in nights]}
+
+
+def _reads(db: Path, questions: list[Question], first: str, newest: str) -> dict[str, float]:
+    """Seconds of a store's reads (caches cleared before each): a digest of a case of the first day and of the
+    newest day (each the sixth case of its CST day), detect over the newest UTC day, twelve cases of one hour and
+    one of them twelve times (seconds a case)."""
+    def of(day: str) -> list[Question]:
+        return [q for q in questions if (q.start + dt.timedelta(hours=8)).date().isoformat() == day]
+
+    def digest(q: Question) -> float:
+        started = time.perf_counter()
+        build_digest(con, q)
+        return time.perf_counter() - started
+
+    con = store.connect(db, read_only=True)
+    try:
+        out = {}
+        for name, day in (("digest of a case of the first day, s", first), ("digest of a case of the newest day, s", newest)):
+            forget()
+            out[name] = round(digest(of(day)[5]), 2)
+        forget()
+        case = of(newest)[5]
+        lo = case.start.replace(hour=0, minute=0, second=0, microsecond=0)
+        started = time.perf_counter()
+        detect.scan(con, lo, lo + dt.timedelta(days=1))
+        out["detect over the newest day, s"] = round(time.perf_counter() - started, 1)
+        hour = [Question(f"h{i}", case.start + dt.timedelta(minutes=4 * i), case.start + dt.timedelta(minutes=4 * i + 8),
+                         "") for i in range(12)]
+        forget()
+        out["twelve cases of one hour, s a case"] = round(sum(digest(q) for q in hour) / 12, 2)
+        forget()
+        out["one case twelve times, s a case"] = round(sum(digest(hour[0]) for _ in range(12)) / 12, 2)
+    finally:
+        con.close()
+    return out
+
+
+def forget() -> None:
+    """Clear what a process keeps of a store's reads, as a new process starts."""
+    detect.forget()
+    metrics_family.forget()
+
+
 def names(row: dict) -> set[str]:
     instance = row["instance"]
     return set(instance if isinstance(instance, list) else [instance])
@@ -210,18 +288,26 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
                              "top1_exact": round(c[3] / c[0], 3)} for t, c in sorted(per.items())}}
 
 
-def labelled_stores(tmp: Path, schedules: dict[str, Path], real: list[Path], scale: float = REPLAY_SCALE,
+@dataclass(frozen=True)
+class Replay:
+    """A ground truth to replay in the simulator, and the system it describes (a shipped name or a file)."""
+    schedule: Path
+    system: str = "hipstershop"
+
+
+def labelled_stores(tmp: Path, replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE,
                     seed: int = 1, progress=lambda what: None):
-    """(name, store, input.json, groundtruth.jsonl) for a simulated replay of each schedule (name -> ground truth
-    JSONL; a missing file is skipped) and each real dump."""
-    for name, schedule in schedules.items():
-        if not Path(schedule).is_file():
+    """(name, store, input.json, groundtruth.jsonl) for a simulated replay of each schedule (a missing file is
+    skipped) and each real dump."""
+    for name, replay in replays.items():
+        if not Path(replay.schedule).is_file():
             continue
-        progress(f"simulating {Path(schedule).name}")
+        progress(f"simulating {name}")
         dump, db = tmp / name, tmp / f"{name}.duckdb"
-        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(schedule),
-                        "--scale", str(scale), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
-        progress(f"loading the replay of {Path(schedule).name}")
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(replay.schedule),
+                        "--system", replay.system, "--scale", str(scale), "--seed", str(seed)], check=True,
+                       stdout=subprocess.DEVNULL)
+        progress(f"loading {name}")
         nightly(dump, db)
         yield name, db, dump / "input.json", dump / "groundtruth.jsonl"
     for path in real:
@@ -234,13 +320,13 @@ def labelled_stores(tmp: Path, schedules: dict[str, Path], real: list[Path], sca
             yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
 
 
-def run(schedules: dict[str, Path], real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
+def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
         progress=lambda what: None, measure=None) -> dict:
     """`measure` (by default `ranking`; or `detection`) on each labelled store."""
     measure = measure or ranking
     with tempfile.TemporaryDirectory() as tmp:
         result = {}
-        for name, db, input_json, truth in labelled_stores(Path(tmp), schedules, real, scale, seed, progress):
+        for name, db, input_json, truth in labelled_stores(Path(tmp), replays, real, scale, seed, progress):
             progress(f"{measure.__name__}: {name}")
             result[name] = measure(db, input_json, truth)
         return result

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from etl import store
-from features.bench import REPLAY_SCALE, labelled_stores
+from features.bench import REPLAY_SCALE, Replay, labelled_stores
 from features.cases import load_questions
 from features.digest import build_digest
 from reasoner.agent import openai_chat
@@ -65,13 +65,13 @@ def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, dou
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
 
 
-def run(schedules: dict[str, Path], real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,
+def run(replays: dict[str, Replay], real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,
         progress=lambda what: None) -> dict:
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp, endpoint() as (client, model):
         tmp = Path(tmp)
         chat = openai_chat(client, model)
-        for name, db, input_json, truth in labelled_stores(tmp, schedules, real, scale, progress=progress):
+        for name, db, input_json, truth in labelled_stores(tmp, replays, real, scale, progress=progress):
             sample = stratified(input_json, truth, per_type)
             doubtful = unsure(db, sample)
             hard = [q for q in sample if q.uuid in doubtful]

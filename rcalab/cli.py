@@ -12,10 +12,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from rcalab.bench import BENCHES, cell
 from rcalab.errors import RcalabError, check_output, shown
 from rcalab.tasks import local_cluster
 
@@ -35,11 +35,6 @@ logging.lastResort.setFormatter(_Shown())  # warnings reach stderr through it wh
 def echo(text: str, err: bool = False) -> None:
     """A line for the terminal: dump text in it is shown, never obeyed."""
     click.echo(shown(text), err=err)
-
-
-def cell(text: str) -> str:
-    """Dump text for a rich table or progress line: shown, never obeyed, and no markup."""
-    return escape(shown(text))
 
 
 def show(table: Table) -> None:
@@ -164,102 +159,49 @@ def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["testbed", "etl", "scale", "rank", "diagnose", "detect"]))
+@click.argument("what", type=click.Choice(BENCHES))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="Volume of simulated traces and logs (default: 1.0, a real day; scale: 0.25; rank, diagnose: 0.1; "
-                   "detect: 0.05).")
+                   "detect: 0.05; store: 0.01).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
               help="diagnose: cases of each fault type that both agents answer.")
 @click.option("--schedule", type=click.Path(path_type=Path, dir_okay=False),
               default=Path("../shared/challenge2025/groundtruth-phaseone.jsonl"), show_default=True,
-              help="testbed, rank, diagnose: the ground truth whose cases to replay in the simulator "
-                   "(detect replays the demo's day: six faults and sixteen quiet hours).")
+              help="testbed, rank, diagnose: a ground truth to replay in HipsterShop too (the challenge's phase one).")
 @click.option("--real", type=click.Path(path_type=Path, file_okay=False), multiple=True,
               default=[Path("../shared/nezha-trainticket"), Path("../shared/nezha-onlineboutique"),
                        Path("../shared/nezha-trainticket-0129am")],
               show_default=True, help="rank, diagnose, detect: labelled real dumps (Nezha layout) to measure too.")
-@click.option("--random", type=click.IntRange(min=0), default=180, show_default=True,
-              help="testbed, rank: also replay this many cases drawn at random, every fault type in turn, with "
-                   "random instances (a schedule no one tuned to; 0: none). Saved as OUT/random-schedule.jsonl. "
-                   "detect: half a day of them, a fault an hour.")
+@click.option("--random", type=click.IntRange(min=0), default=10, show_default=True,
+              help="testbed, rank: replay this many cases of each fault type a system applies, drawn at random "
+                   "(a schedule no one tuned to; 0: none), saved as OUT/random-SYSTEM.jsonl; detect: half a day of "
+                   "each system, a random fault an hour (0: none).")
+@click.option("--system", "systems", multiple=True,
+              help="testbed, rank, diagnose, detect: the systems to simulate (a shipped name or a description file; "
+                   "default: every shipped system).")
 @reports_errors
-def bench(what, out, scale, nezha, sample, schedule, real, random):
-    """Measure a stage; print a table and save it as OUT/WHAT.json.
+def bench(what, out, scale, nezha, sample, schedule, real, random, systems):
+    """Measure a stage; print its tables and save them as OUT/WHAT.json.
 
-    testbed and etl time one simulated day; scale times the nightly job on four simulated days (at
-    SCALE, default 0.25) in one process and on local Dask clusters of 1 and 2 workers; testbed checks the signatures of SCHEDULE's and
-    RANDOM cases replayed at scales 0.005 and 0.05; rank replays SCHEDULE and RANDOM cases in the
-    simulator and ranks every case, and every case of the real dumps; diagnose runs both agents on the same
-    stratified sample of each (SAMPLE cases of every fault type); detect finds the incidents of
-    the demo's simulated day (at SCALE and at full scale), of half a day of RANDOM cases (at most 12,
-    a fault an hour) and of each real dump, and scores the
-    confidence on their faults and on as many windows with none.
+    testbed times one simulated day and checks the fault signatures of each system's random schedule at scales
+    0.005 and 0.05; etl times one simulated day's load beside the floor; scale the nightly job on four days in one
+    process and on local Dask clusters; store reads a store that thirty nights filled; rank ranks every case of each
+    system's random schedule, of the phase-one replay and of the real days; diagnose runs both agents on a sample of
+    each (SAMPLE of every fault type); detect finds the incidents of a simulated day of each system and of each real
+    day, and scores the confidence.
 
-    Example: rcalab bench rank --scale 0.1
+    Example: rcalab bench rank --system trainticket --random 10 --scale 0.1
     """
-    from features.bench import REPLAY_SCALE
-    from testbed.bench import random_schedule
+    from rcalab.bench import Settings, measure
+    from testbed.system import shipped_names
 
-    tables = []
-    schedules = {"simulated": schedule} if schedule.is_file() else {}
-    if random and what in ("testbed", "rank"):
-        out.mkdir(parents=True, exist_ok=True)
-        schedules["simulated random"] = random_schedule(out / "random-schedule.jsonl", random)
-    if what == "rank":
-        from features.bench import run
-
-        with working("rank") as update:
-            result = run(schedules, list(real), scale=scale or REPLAY_SCALE, progress=update)
-        tables += [rank_table(result), baselines_table(result)]
-    elif what == "diagnose":
-        from judge.bench import run
-
-        with working("diagnose") as update:
-            result = run({"simulated": schedule}, list(real), per_type=sample, scale=scale or REPLAY_SCALE,
-                         progress=update)
-        tables += diagnose_tables(result)
-    elif what == "detect":
-        from features.bench import DEMO_DAY, DETECT_RANDOM, detection, folds, run
-
-        days = {"simulated": DEMO_DAY}
-        if random:
-            out.mkdir(parents=True, exist_ok=True)
-            days["simulated random"] = random_schedule(out / "random-detect-schedule.jsonl", min(random, DETECT_RANDOM))
-        with working("detect") as update:
-            result = run(days, list(real), scale=scale or 0.05, seed=7, progress=update, measure=detection)
-            result |= run({"simulated, full scale": DEMO_DAY}, [], scale=1.0, seed=7, progress=update,
-                          measure=detection)  # the day's volume of a real system: the scan's time
-        tables.append(detect_table(result))
-        days = [Path(path).name for path in real]
-        if len(days) >= 2:
-            result["leave one day out"] = folds(result, days)
-            tables.append(folds_table(result["leave one day out"]))
-    elif what == "testbed":
-        from testbed.bench import SIGNATURE_SCALES, run, signatures
-
-        result = run(scale=scale or 1.0)
-        result["signatures"] = {}  # in the JSON and in a table of its own
-        for name, path in schedules.items():
-            for at in SIGNATURE_SCALES:
-                with working(f"signatures: replaying {path.name} at scale {at}"):
-                    result["signatures"][f"{name} at {at}"] = signatures(path, at)
-        tables.append(signature_table(result["signatures"]))
-        tables.append(measure_table(what, result))
-    elif what == "scale":
-        from features.bench import scale_run
-
-        with working("scale: four simulated days, in one process and on local clusters of 1 and 2 workers"):
-            result = scale_run(scale=scale or 0.25)
-        tables.append(scale_table(result))
-    else:
-        from features.bench import nightly_run
-
-        result = nightly_run(scale=scale or 1.0, nezha=nezha)
-        tables.append(measure_table(what, result))
+    settings = Settings(out, scale, nezha, sample, schedule, list(real), random, list(systems) or shipped_names())
+    with working(what) as update:
+        result, tables = measure(what, settings, update)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
     for table in tables:
@@ -296,117 +238,6 @@ def working(description: str):
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(description, total=None)
         yield lambda what: bar.update(task, description=cell(what))
-
-
-def measure_table(what: str, result: dict) -> Table:
-    table = Table(title=f"rcalab bench {what}")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        if not isinstance(value, dict):
-            table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
-                          else str(value))
-    return table
-
-
-def scale_table(result: dict) -> Table:
-    table = Table(title=f"rcalab bench scale: {result['days']} simulated days at scale {result['scale']} "
-                        f"({result['parquet_mb']:,} MB of parquet)")
-    for col in ("run", "seconds", "speed-up", "rows/s", "peak MB", "peak MB a worker"):
-        table.add_column(col, justify="left" if col == "run" else "right")
-    for name, r in result["runs"].items():
-        table.add_row(name, f"{r['seconds']:.1f}", f"{r['speed_up']:.2f}", f"{r['rows_per_s']:,}", f"{r['peak_mb']:,}",
-                      "-" if r["worker_peak_mb"] is None else f"{r['worker_peak_mb']:,}")
-    return table
-
-
-def rank_table(result: dict) -> Table:
-    caption = "; ".join(f"{name}: digest {r['digest_seconds_mean']:.3f} s a case, {r['digest_seconds_max']:.3f} s at most"
-                        for name, r in result.items())
-    table = Table(title="rcalab bench rank", caption=caption)
-    for col in ("set", "fault type", "cases", "top-1", "top-3", "top-1 exact"):
-        table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
-    for name, r in result.items():
-        for fault, t in r["per_type"].items():
-            table.add_row(cell(name), cell(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}",
-                          f"{t['top1_exact']:.2f}")
-        table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
-                      f"[bold]{r['top3']:.3f}[/]", f"[bold]{r['top1_exact']:.3f}[/]", end_section=True)
-    return table
-
-
-def baselines_table(result: dict) -> Table:
-    table = Table(title="beside RCAEval's metric baselines and chance (services; a pod counts as its service)")
-    for col in ("set", "method", "AC@1", "AC@3", "Avg@5"):
-        table.add_column(col, justify="left" if col in ("set", "method") else "right")
-    for name, r in result.items():
-        for i, (who, figures) in enumerate(r["AC"].items()):
-            table.add_row(cell(name), cell(who), *(f"{figures[k]:.3f}" for k in ("AC@1", "AC@3", "Avg@5")),
-                          end_section=i == len(r["AC"]) - 1)
-    return table
-
-
-def diagnose_tables(result: dict) -> list[Table]:
-    """A table per set (the agents side by side on the same cases), so that each fits an 80-column terminal."""
-    sets = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in result))
-    tables = []
-    for s in sets:
-        agents = {name.rsplit("/", 1)[1]: r for name, r in result.items() if name.rsplit("/", 1)[0] == s}
-        table = Table(title=f"rcalab bench diagnose: {s}")
-        table.add_column("measure")
-        for agent in agents:
-            table.add_column(agent, justify="right")
-        for measure in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "unsure", "LA_unsure",
-                        "answered", "fallback",
-                        "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case", "output_tokens_per_case"):
-            table.add_row(measure.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure")
-                          .replace("_", " "), *["" if r.get(measure) is None else f"{r[measure]:g}"
-                                                for r in agents.values()])
-        tables.append(table)
-    return tables
-
-
-def detect_table(result: dict) -> Table:
-    table = Table(title="rcalab bench detect")
-    columns = ("faults", "incidents", "recall", "precision", "found_and_named", "on_time", "median_delay_minutes",
-               "detect_seconds",
-               "confidence_auroc", "no_clear_on_quiet", "no_clear_on_right")
-    table.add_column("set")
-    for column in columns:
-        table.add_column(column.replace("_", " "), justify="right")
-    for name, figures in result.items():
-        table.add_row(cell(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
-    return table
-
-
-def folds_table(rows: list[dict]) -> Table:
-    table = Table(title="detection's thresholds fitted on the other real days, on the day left out",
-                  caption="abnormal and stay; found and named / precision")
-    for column in ("day left out", "fitted", "fitted's", "shipped", "shipped's"):
-        table.add_column(column, justify="left" if column == "day left out" else "right")
-    for r in rows:
-        table.add_row(cell(r["day left out"]), r["fitted"], f"{r['found and named']} / {r['precision']}",
-                      r["shipped"], f"{r['found and named, shipped']} / {r['precision, shipped']}")
-    return table
-
-
-def signature_table(replays: dict) -> Table:
-    """Per fault type, key metrics moved / observations found on each replay (schedule at scale)."""
-    table = Table(title="testbed signatures: key metrics moved / observations found (misses in the JSON)")
-    table.add_column("fault type")
-    for name in replays:
-        table.add_column(cell(name), justify="right")
-    kinds = sorted({kind for checked in replays.values() for kind in checked}, key=lambda kind: (kind == "all", kind))
-
-    def cell(r):
-        if r is None:
-            return "-"
-        return "/".join("-" if r[part] is None else f"{r[part]:.2f}" for part in ("metrics", "observations"))
-
-    for kind in kinds:
-        table.add_row(f"[bold]{kind}[/]" if kind == "all" else cell(kind),
-                      *[cell(checked.get(kind)) for checked in replays.values()])
-    return table
 
 
 @cli.command()
@@ -507,6 +338,28 @@ def sql(db, query, as_csv):
     for row in rows:
         table.add_row(*(cell("" if v is None else v) for v in row))
     show(table)
+
+
+@cli.command()
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@click.option("--name", required=True, help="The system's name (lower case, digits and dashes).")
+@reports_errors
+def describe(db, name):
+    """Write a first description of the system a store's telemetry shows (YAML, for `simulate --system`): its
+    services, their operations, the calls and log lines of each. Add what traces cannot tell: languages, the
+    datastores they do not show, the faults that apply (docs/systems.md).
+
+    Example: rcalab describe --db store.duckdb --name myshop > myshop.yaml
+    """
+    import yaml
+
+    from etl.store import connect
+    from testbed.describe import describe as draw
+
+    con = connect(db, read_only=True)
+    if not con.execute("select count(*) from spans").fetchall()[0][0]:
+        raise RcalabError(f"{db}: the store holds no spans to describe a system from")
+    click.echo(yaml.safe_dump(draw(con, name), sort_keys=False, width=118, allow_unicode=True), nl=False)
 
 
 @cli.group()

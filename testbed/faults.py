@@ -182,19 +182,19 @@ POSITION = re.compile(r"^(\S+#\d+)")  # a log line's code position (`logger#line
 
 def code_site(comp: Component, fault: str) -> tuple[str, int, str] | None:
     """Where a code fault acts in a component: its operation with the most steps that has one to break, the step,
-    and the pair of code positions whose order it breaks (`A_B`: A was followed by B). An exception is thrown after
-    a log step that a later log step follows (A that step, B the next); a wrong return is a method's value that a
-    step with another branch (`else`) tests (A the log step before it, B that step)."""
-    best = None
+    and the pair of code positions whose order it breaks (`A_B`: A was followed by B). An exception is thrown in the
+    middle of the operation, after a log step that a later log step follows (A that step, B the next); a wrong
+    return is a method's value that a step with another branch (`else`) tests (A the log step before it, B that
+    step)."""
     for name, op in sorted(comp.operations.items(), key=lambda kv: -len(kv[1].steps)):
         logs = [(i, POSITION.match(s.log)) for i, s in enumerate(op.steps) if s.log and POSITION.match(s.log)]
-        for (i, a), (j, b) in zip(logs, logs[1:]):
-            if fault == "exception":
-                best = (name, i, f"{a[1]}_{b[1]}")
-            elif op.steps[j].otherwise:
-                best = (name, j, f"{a[1]}_{b[1]}")
-            if best:
-                return best
+        pairs = list(zip(logs, logs[1:]))
+        if fault == "exception" and pairs:
+            (i, a), (_, b) = pairs[(len(pairs) - 1) // 2]
+            return name, i, f"{a[1]}_{b[1]}"
+        for (_, a), (j, b) in pairs:
+            if fault != "exception" and op.steps[j].otherwise:
+                return name, j, f"{a[1]}_{b[1]}"
     return None
 
 
@@ -565,6 +565,8 @@ def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str 
     topo = day.topo
     service = topo.service_of[target.pods[0]] if target.pods else ""
     links = [target.edge] if target.edge else [(caller, service) for caller in topo.system.callers(service)]
+    if not target.edge:  # a service's own network: its callers wait on it (they give up no call), its bytes hold
+        traffic, net_mult = 1.0, 1.0
     delay = _ramp(sl, rng, 0.8 * ms, 1.2 * ms)[:, 0]
     pods: dict[str, None] = {}
     for src, dst in links:

@@ -1,0 +1,267 @@
+"""The benchmarks: which sets each measures (every shipped system, a replay of the challenge's phase one, the real
+days), the library functions that measure them, and the tables that show their results. `rcalab bench` calls
+`measure` and prints what it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from rcalab.errors import shown
+
+BENCHES = ("testbed", "etl", "scale", "store", "rank", "diagnose", "detect")
+
+
+@dataclass
+class Settings:
+    """What `rcalab bench` was asked: where results go and what to replay."""
+    out: Path
+    scale: float | None = None
+    nezha: Path | None = None
+    sample: int = 2
+    schedule: Path | None = None  # the challenge's phase one, replayed in HipsterShop
+    real: list[Path] = field(default_factory=list)
+    random: int = 10  # cases of each fault type a system applies, drawn at random
+    systems: list[str] = field(default_factory=list)
+
+
+def cell(text) -> str:
+    """Dump text for a rich table or progress line: shown, never obeyed, and no markup."""
+    return escape(shown(text))
+
+
+def measure(what: str, settings: Settings, progress=lambda what: None) -> tuple[dict, list[Table]]:
+    """Run one benchmark; its results (saved as JSON) and their tables."""
+    return MEASURES[what](settings, progress)
+
+
+def _replays(settings: Settings, per_type: int, limit: int | None = None, prefix: str = "random") -> dict:
+    """A random schedule of each system (saved beside the results), and for HipsterShop the phase-one replay."""
+    from features.bench import Replay
+    from testbed.bench import random_schedule
+
+    replays = {}
+    if "hipstershop" in settings.systems and settings.schedule and Path(settings.schedule).is_file():
+        replays["hipstershop phase one"] = Replay(Path(settings.schedule), "hipstershop")
+    if per_type:
+        settings.out.mkdir(parents=True, exist_ok=True)
+        for system in settings.systems:
+            path = random_schedule(settings.out / f"{prefix}-{Path(system).stem}.jsonl", per_type, system=system,
+                                   limit=limit)
+            replays[f"{Path(system).stem} {prefix}"] = Replay(path, system)
+    return replays
+
+
+def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import REPLAY_SCALE, run
+
+    result = run(_replays(settings, settings.random), settings.real, scale=settings.scale or REPLAY_SCALE,
+                 progress=progress)
+    return result, [rank_table(result), baselines_table(result)]
+
+
+def _diagnose(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import REPLAY_SCALE
+    from judge.bench import run
+
+    result = run(_replays(settings, settings.sample), settings.real, per_type=settings.sample,
+                 scale=settings.scale or REPLAY_SCALE, progress=progress)
+    return result, diagnose_tables(result)
+
+
+def _detect(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import DEMO_DAY, DETECT_RANDOM, Replay, detection, folds, run
+
+    days = {"hipstershop demo day": Replay(DEMO_DAY)} if "hipstershop" in settings.systems else {}
+    if settings.random:  # half a day of each system, a random fault an hour
+        days |= _replays(Settings(settings.out, systems=settings.systems), 1, DETECT_RANDOM, "half day")
+    result = run(days, settings.real, scale=settings.scale or 0.05, seed=7, progress=progress, measure=detection)
+    if "hipstershop" in settings.systems:  # the day's volume of a real system: the scan's time
+        result |= run({"hipstershop demo day, full scale": Replay(DEMO_DAY)}, [], scale=1.0, seed=7,
+                      progress=progress, measure=detection)
+    tables = [detect_table(result)]
+    names = [Path(path).name for path in settings.real]
+    if len(names) >= 2:
+        result["leave one day out"] = folds(result, names)
+        tables.append(folds_table(result["leave one day out"]))
+    return result, tables
+
+
+def _testbed(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from testbed.bench import SIGNATURE_SCALES, fidelity, run, signatures
+
+    result = run(scale=settings.scale or 1.0)
+    result["signatures"] = {}  # in the JSON and in a table of its own
+    for name, replay in _replays(settings, settings.random).items():
+        for at in SIGNATURE_SCALES:
+            progress(f"signatures: replaying {name} at scale {at}")
+            result["signatures"][f"{name} at {at}"] = signatures(replay.schedule, at, system=replay.system)
+    tables = [signature_table(result["signatures"]), measure_table("testbed", result)]
+    if "trainticket" in settings.systems and any("trainticket" in Path(p).name for p in settings.real):
+        progress("fidelity: simulated Train Ticket faults against the real days'")
+        result["fidelity"] = fidelity(settings.real)
+        tables.append(fidelity_table(result["fidelity"]))
+    return result, tables
+
+
+def _scale(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import scale_run
+
+    progress("scale: four simulated days, in one process and on local clusters of 1 and 2 workers")
+    result = scale_run(scale=settings.scale or 0.25)
+    return result, [scale_table(result)]
+
+
+def _etl(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import nightly_run
+
+    result = nightly_run(scale=settings.scale or 1.0, nezha=settings.nezha)
+    return result, [measure_table("etl", result)]
+
+
+def _store(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import store_run
+
+    result = store_run(scale=settings.scale or 0.01, progress=progress)
+    return result, [store_table(result)]
+
+
+MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "rank": _rank,
+            "diagnose": _diagnose, "detect": _detect}
+
+
+def measure_table(what: str, result: dict) -> Table:
+    table = Table(title=f"rcalab bench {what}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        if not isinstance(value, dict):
+            table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
+                          else str(value))
+    return table
+
+
+def scale_table(result: dict) -> Table:
+    table = Table(title=f"rcalab bench scale: {result['days']} simulated days at scale {result['scale']} "
+                        f"({result['parquet_mb']:,} MB of parquet)")
+    for col in ("run", "seconds", "speed-up", "rows/s", "peak MB", "peak MB a worker"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for name, r in result["runs"].items():
+        table.add_row(name, f"{r['seconds']:.1f}", f"{r['speed_up']:.2f}", f"{r['rows_per_s']:,}", f"{r['peak_mb']:,}",
+                      "-" if r["worker_peak_mb"] is None else f"{r['worker_peak_mb']:,}")
+    return table
+
+
+def store_table(result: dict) -> Table:
+    table = Table(title=f"rcalab bench store: {result['days']} simulated days loaded night after night into one "
+                        f"store (scale {result['scale']})")
+    for col in ("measure", *result["columns"]):
+        table.add_column(col, justify="left" if col == "measure" else "right")
+    for name, row in result["rows"].items():
+        table.add_row(name, *("-" if row.get(c) is None else f"{row[c]:g}" for c in result["columns"]))
+    return table
+
+
+def rank_table(result: dict) -> Table:
+    caption = "; ".join(f"{name}: digest {r['digest_seconds_mean']:.3f} s a case, {r['digest_seconds_max']:.3f} s at most"
+                        for name, r in result.items())
+    table = Table(title="rcalab bench rank", caption=caption)
+    for col in ("set", "fault type", "cases", "top-1", "top-3", "top-1 exact"):
+        table.add_column(col, justify="left" if col in ("set", "fault type") else "right")
+    for name, r in result.items():
+        for fault, t in r["per_type"].items():
+            table.add_row(cell(name), cell(fault), str(t["cases"]), f"{t['top1']:.2f}", f"{t['top3']:.2f}",
+                          f"{t['top1_exact']:.2f}")
+        table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
+                      f"[bold]{r['top3']:.3f}[/]", f"[bold]{r['top1_exact']:.3f}[/]", end_section=True)
+    return table
+
+
+def baselines_table(result: dict) -> Table:
+    table = Table(title="beside RCAEval's metric baselines and chance (services; a pod counts as its service)")
+    for col in ("set", "method", "AC@1", "AC@3", "Avg@5"):
+        table.add_column(col, justify="left" if col in ("set", "method") else "right")
+    for name, r in result.items():
+        for i, (who, figures) in enumerate(r["AC"].items()):
+            table.add_row(cell(name), cell(who), *(f"{figures[k]:.3f}" for k in ("AC@1", "AC@3", "Avg@5")),
+                          end_section=i == len(r["AC"]) - 1)
+    return table
+
+
+def diagnose_tables(result: dict) -> list[Table]:
+    """A table per set (the agents side by side on the same cases), so that each fits an 80-column terminal."""
+    sets = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in result))
+    tables = []
+    for s in sets:
+        agents = {name.rsplit("/", 1)[1]: r for name, r in result.items() if name.rsplit("/", 1)[0] == s}
+        table = Table(title=f"rcalab bench diagnose: {s}")
+        table.add_column("measure")
+        for agent in agents:
+            table.add_column(agent, justify="right")
+        for measure_ in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "unsure", "LA_unsure",
+                         "answered", "fallback", "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case",
+                         "output_tokens_per_case"):
+            table.add_row(measure_.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure")
+                          .replace("_", " "), *["" if r.get(measure_) is None else f"{r[measure_]:g}"
+                                                for r in agents.values()])
+        tables.append(table)
+    return tables
+
+
+def detect_table(result: dict) -> Table:
+    table = Table(title="rcalab bench detect")
+    columns = ("faults", "incidents", "recall", "precision", "found_and_named", "on_time", "median_delay_minutes",
+               "detect_seconds", "confidence_auroc", "no_clear_on_quiet", "no_clear_on_right")
+    table.add_column("set")
+    for column in columns:
+        table.add_column(column.replace("_", " "), justify="right")
+    for name, figures in result.items():
+        if name != "leave one day out":
+            table.add_row(cell(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
+    return table
+
+
+def folds_table(rows: list[dict]) -> Table:
+    table = Table(title="detection's thresholds fitted on the other real days, on the day left out",
+                  caption="abnormal and stay; found and named / precision")
+    for column in ("day left out", "fitted", "fitted's", "shipped", "shipped's"):
+        table.add_column(column, justify="left" if column == "day left out" else "right")
+    for r in rows:
+        table.add_row(cell(r["day left out"]), r["fitted"], f"{r['found and named']} / {r['precision']}",
+                      r["shipped"], f"{r['found and named, shipped']} / {r['precision, shipped']}")
+    return table
+
+
+def signature_table(replays: dict) -> Table:
+    """Per fault type, key metrics moved / observations found on each replay (schedule at scale)."""
+    table = Table(title="testbed signatures: key metrics moved / observations found (misses in the JSON)")
+    table.add_column("fault type")
+    for name in replays:
+        table.add_column(cell(name), justify="right")
+    kinds = sorted({kind for checked in replays.values() for kind in checked}, key=lambda kind: (kind == "all", kind))
+
+    def figures(r):
+        if r is None:
+            return "-"
+        return "/".join("-" if r[part] is None else f"{r[part]:.2f}" for part in ("metrics", "observations"))
+
+    for kind in kinds:
+        table.add_row(f"[bold]{kind}[/]" if kind == "all" else cell(kind),
+                      *[figures(checked.get(kind)) for checked in replays.values()])
+    return table
+
+
+def fidelity_table(result: dict) -> Table:
+    """Per fault type, the agreement of simulated Train Ticket's signature with the real days'."""
+    table = Table(title="testbed fidelity: simulated Train Ticket against its real days, per fault type",
+                  caption="agreement: the share of the signature's parts (moved in either) whose values agree")
+    for col in ("fault type", "agreement", "parts", "real cases", "simulated cases", "parts that differ"):
+        table.add_column(col, justify="left" if col in ("fault type", "parts that differ") else "right")
+    for kind, r in result.items():
+        table.add_row(cell(kind), "-" if r["agreement"] is None else f"{r['agreement']:.2f}", str(r["parts"]),
+                      str(r["real cases"]), str(r["simulated cases"]),
+                      cell("; ".join(f"{p}: {d}" for p, d in r["differ"].items()) or "none"))
+    return table
