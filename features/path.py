@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import networkx as nx
@@ -33,6 +33,37 @@ class Hop:
     items: list[Item]  # what moved in it, strongest first
     onset: dt.datetime | None  # the first minute any of it moved
     call: dict | None = None  # its traced call into the next hop: errors and p95 in the window and the baseline
+    statuses: list[tuple[str, int, int]] = field(default_factory=list)  # an entry's answers: status, now, before
+    also: list[str] = field(default_factory=list)  # a cause's metrics that moved less than evidence does, by name
+
+
+# The HTTP status an access log line gives its answer (HipsterShop's frontend: `"http.resp.status":500`).
+STATUS = r'(?:http\.resp\.status|status_code|"status")"?[\s:=]+"?([1-5][0-9][0-9])\b'
+
+
+ALSO_Z = 2.0  # a cause's series this far from its trailing hour moved, if less than the evidence families ask
+
+
+def also_moved(con: duckdb.DuckDBPyConnection, w: Window, names: list[str], shown: set[str]) -> list[str]:
+    """The metrics of a component (its pods, its service) whose window moved `ALSO_Z` robust deviations or more from
+    their trailing hour, strongest first, by the names the dump gives them, but for those already `shown`."""
+    return [m for m, in con.execute("""
+        select metric from metric_anomaly where component in (select unnest(?)) and ts >= ? and ts <= ?
+        group by metric having median(abs(z)) >= ? order by median(abs(z)) desc, metric""",
+                                     [names, w.start, w.end, ALSO_Z]).fetchall() if m not in shown]
+
+
+def statuses(con: duckdb.DuckDBPyConnection, w: Window, names: list[str]) -> list[tuple[str, int, int]]:
+    """The status codes a component's access log gives its answers, with their counts in the window and in as long
+    a time before it, the codes that rose most first."""
+    before = w.start - (w.end - w.start)
+    return [(code, now, then) for code, now, then in con.execute(f"""
+        select regexp_extract(message, '{STATUS}', 1) as code, count(*) filter (where ts >= $start),
+               count(*) filter (where ts < $start)
+        from log_lines where component in (select unnest($names)) and ts >= $before and ts <= $end
+          and regexp_matches(message, '{STATUS}')
+        group by 1 order by count(*) filter (where ts >= $start) - count(*) filter (where ts < $start) desc, 1""",
+        {"names": names, "before": before, "start": w.start, "end": w.end}).fetchall()]
 
 
 def written(hops: list[Hop]) -> str:
@@ -183,6 +214,10 @@ def fault_path(walker: Walker, cause: str) -> list[Hop]:
             for e in sorted(entries(ranking.graph)) if target in calls and e in calls and nx.has_path(calls, e, target)]
     best = min(ways, key=lambda way: (way[0], len(way[1]), way[1]), default=(0, [target]))[1]
     hops = walker.walk(best[:-1] + tail)
+    entry = hops[0]
+    entry.statuses = statuses(walker.con, walker.w, sorted(_members(ranking, entry.component)))
+    hops[-1].also = also_moved(walker.con, walker.w, sorted(_members(ranking, tail[0])),
+                               {it.key for it in hops[-1].items})
     while len(hops) > 1 and not deviates(hops[0]):
         hops.pop(0)
     return hops

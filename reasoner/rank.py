@@ -19,6 +19,8 @@ ACTIONS = {"metric": "MetricAnalysis", "changepoint": "MetricAnalysis", "silence
 CORROBORATION = 4  # the other keys of its own evidence a reason names besides its key
 CHECKED = 2  # and the keys a check of the llm agent found moving besides
 SET_ASIDE = 2  # candidates after the chosen one that the trace says why it set aside
+STEPS = 5  # at most, in a trace (the challenge's efficiency falls past five)
+MOVES = 3  # metrics a step gives with how they moved, before the rest by name alone
 NAMED = ("metric", "changepoint", "silence", "log", "event")  # evidence keyed by a metric name or log keywords
 # How a value moved, as the evidence lines write it: "0.09 -> 1.9", "26 -> 1.1k ms", "in 100% of spans, now 0%".
 ARROW = re.compile(r"(-?[\d.]+[kMG%]?) -> (-?[\d.]+[kMG%]?)( ms)?")
@@ -92,17 +94,18 @@ def failing(item) -> list[str]:
 CODE = re.compile(r"code = (\w+)")
 CLAUSE = re.compile(r": |desc = ?|rpc error|code = ?\w*")
 JSON_TAIL = re.compile(r'",\s*"\w+":.*$')  # the rest of a JSON log record after its message
+ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+|<IP>|^dial tcp|^transport$|^connection error$")  # where, not what
 
 
 def _parts(line: str) -> tuple[str, str, str]:
     """An error line as errors wrap one another: what the caller was doing (its first clause), the status codes it
-    passed on, and the innermost error (its last clause, where it has more than one)."""
+    passed on, and the innermost errors (its last two clauses that name no address, where it has more than one)."""
     line = re.sub(r"\[[^\]]*\]", "", PLACEHOLDER.sub("", JSON_TAIL.sub("", line)))
     head, _, rest = line.strip().partition(" ")
     line = rest if LEVELS.match(head) else line  # a severity is no part of what failed
     clauses = [" ".join(c.split()) for c in (c.strip(" '\"") for c in CLAUSE.split(line)) if c]
-    return (clauses[0] if clauses else "", ", ".join(dict.fromkeys(CODE.findall(line))),
-            clauses[-1] if len(clauses) > 1 else "")
+    inner = [c for c in clauses[1:] if not ADDRESS.search(c)][-2:]  # what went wrong, not where it was dialled
+    return (clauses[0] if clauses else "", ", ".join(dict.fromkeys(CODE.findall(line))), ": ".join(inner))
 
 
 def gist(item) -> str:
@@ -138,63 +141,105 @@ def _moved(hop, cause: bool) -> str:
     return brief(found) if found else ""
 
 
+def _statuses(hop) -> str:
+    """An entry's answers as its access log gives them, each code with its count in the window and (before it), the
+    codes that rose first, a word each: "http.resp.status 500:37(0) 200:1.1k(1.3k)"; nothing where none moved."""
+    if not any(moved_count(now, then) for _, now, then in hop.statuses):
+        return ""
+    said = [f"{code}:{fmt(now)}({fmt(then)})" for code, now, then in hop.statuses[:3]]
+    return f"http.resp.status {' '.join(said)}"
+
+
+def moved_count(now: int, then: int) -> bool:
+    """Whether a count rose or fell by half or more (and by more than a few)."""
+    return abs(now - then) > 3 and (now >= 1.5 * then or then >= 1.5 * now)
+
+
+def _quoted(items: list) -> list[str]:
+    """A component's error lines in its own words, each once: what failed, its codes, its innermost error."""
+    return list(dict.fromkeys(f"'{gist(e)}'" for e in items if e.kind == "log" and failing(e)))
+
+
+def entry_step(hop) -> dict | None:
+    """Where users meet the fault: the entry's answers (its status codes in the window against before) and its own
+    error lines, as its log writes them."""
+    said = [x for x in (_statuses(hop), ", ".join(_quoted(hop.items)[:2])) if x]
+    if not said:
+        return None
+    return {"action": f"LogSearch({hop.component})",
+            "observation": words(f"{hop.component} {'; '.join(said)}", OBSERVATION_WORDS)}
+
+
 def path_steps(hops: list) -> list[dict]:
-    """The fault's way from the entry to the cause: the calls along it, what moved in each component and when it
-    started; then the error lines the components on the way logged, quoted."""
+    """The fault's way from the entry to the cause: where users meet it (the entry's answers and lines), the calls
+    along it with what moved in each component and when it started, then the error lines each caller on the way
+    logged, in its own words."""
     said = []
     for h in hops:
         moved = _moved(h, cause=h is hops[-1])
         said.append(" ".join(x for x in (f"{h.component}{_at(h)}", moved, _call(h)) if x))
-    steps = [{"action": f"TraceAnalysis({written(hops)})",
-              "observation": words(f"{written(hops)}; " + "; ".join(said), OBSERVATION_WORDS)}]
-    logged = {h.component: list(dict.fromkeys(gist(e) for e in h.items if e.kind == "log" and failing(e)))
-              for h in hops[:-1]}
-    logged = {c: lines[:2] for c, lines in logged.items() if lines}
-    if logged:
-        steps.append({"action": f"LogSearch({', '.join(logged)})",
-                      "observation": words("; ".join(f"{c} logs " + ", ".join(f"'{x}'" for x in lines)
-                                                     for c, lines in logged.items()), OBSERVATION_WORDS)})
+    first = entry_step(hops[0])
+    steps = [first] if first else []
+    steps.append({"action": f"TraceAnalysis({written(hops)})",
+                  "observation": words(f"{written(hops)}; " + "; ".join(said), OBSERVATION_WORDS)})
+    callers = {h.component: _quoted(h.items)[:2] for h in hops[1 if first else 0:-1]}
+    callers = {c: lines for c, lines in callers.items() if lines}
+    if callers:
+        steps.append({"action": f"LogSearch({', '.join(callers)})",
+                      "observation": words("; ".join(f"{c} logs {', '.join(lines)}" for c, lines in callers.items()),
+                                           OBSERVATION_WORDS)})
     return steps
 
 
 def _metrics(items: list) -> list[str]:
-    """Each metric once, as it moved where it moved most, the strongest of each signal (cpu, memory, network,
-    latency, errors...) before the rest, grouped by the number of pods it moved in, so that the keys come first
-    ("in 3 pods: pod_processes->0, error 2->162", "error_ratio 0->50"): a metric that fell to nothing in one word."""
-    pods: dict[str, set[str]] = {}
-    first: dict[str, str] = {}
+    """The metrics that moved, by the names the dump gives them: the strongest of each signal (cpu, memory, network,
+    latency, errors...) first, the first few with how they moved ("pod_cpu_usage 0.09->1.9"), then the others by
+    name alone, so that as many names as can be come within the words a step is read to; one that fell to nothing
+    says so ("pod_processes->0")."""
+    moves: dict[str, str] = {}
     for e in items:
         said = brief(e)
         name = said.split()[0]
-        pods.setdefault(name, set()).add(e.component)
-        first.setdefault(name, f"{name}->0" if said.endswith("->0") else said)
+        moves.setdefault(name, f"{name}->0" if said.endswith("->0") else said)
     strongest: dict[str, str] = {}  # of each signal; a metric of no known signal is its own
-    for name in pods:
+    for name in moves:
         strongest.setdefault(name if signal_of(name) == "other" else signal_of(name), name)
-    groups: dict[tuple[bool, int], list[str]] = {}
-    for name in pods:
-        groups.setdefault((name not in strongest.values(), len(pods[name])), []).append(first[name])
-    return [(f"in {n} pods: " if n > 1 else "") + ", ".join(groups[rest, n]) for rest, n in sorted(groups)]
+    order = list(strongest.values()) + [n for n in moves if n not in strongest.values()]
+    return [moves[n] if i < MOVES else n for i, n in enumerate(order)]
 
 
 def _logs(items: list) -> list[str]:
-    """Each line once, by its keyword and, for an error that wraps others, its innermost error ("code error 'nil
-    pointer dereference'"), under the first component that logs it."""
+    """Each line once, under the first component that logs it: an error line quoted by its first words as the log
+    writes them (one that wraps others by what failed and its innermost errors), another by its keyword."""
     said: dict[str, str] = {}
     for e in items:
-        inner = _parts(e.line)[2] if failing(e) else ""
-        said.setdefault(e.key + (f" '{inner}'" if inner and inner.lower() not in e.key.lower() else ""), e.component)
+        if not failing(e):
+            said.setdefault(e.key, e.component)
+            continue
+        quoted = gist(e) if _parts(e.line)[2] else words(_plain(e.line or e.key), LINE_WORDS)
+        said.setdefault(f"'{quoted}'", e.component)
     by: dict[str, list[str]] = {}
     for quoted, component in said.items():
         by.setdefault(component, []).append(quoted)
     return [f"{component} logs {', '.join(quoted)}" for component, quoted in by.items()]
 
 
+LINE_WORDS = 8  # of a line quoted by its first words
+
+
+def _plain(line: str) -> str:
+    """A line's words without its placeholders, JSON record tail and severity."""
+    line = PLACEHOLDER.sub("", JSON_TAIL.sub("", line)).strip(' {}"')
+    head, _, rest = line.partition(" ")
+    return rest if LEVELS.match(head) else line
+
+
 def evidence_steps(digest: Digest, component: str) -> list[dict]:
-    """How the answer was reached: the fault's path from the entry to the chosen component (where it has one);
-    the chosen component's own evidence, one step per kind of analysis (metrics, logs, traces: these told on the
-    path where it was walked), each naming what moved in it; then the next candidates and why they were set
-    aside, in one step."""
+    """How the answer was reached, as the fault travelled (at most `STEPS` steps): where users met it and the way it
+    took from the entry to the chosen component (where it has one), with what its callers logged; the chosen
+    component's own evidence, one step per kind of analysis (its metrics by name, its log lines, its traces: these
+    told on the way where it was walked), each naming what moved in it; then, where a step is left, the next
+    candidates and why they were set aside."""
     chosen = next((c for c in digest.candidates if c.component == component), None)
     if chosen is None:
         return []
@@ -205,19 +250,21 @@ def evidence_steps(digest: Digest, component: str) -> list[dict]:
         if walked and action == "TraceAnalysis":
             continue
         items = [e for e in chosen.found or chosen.evidence if ACTIONS.get(e.kind) == action and not e.echo]
-        said = _metrics(items) if action == "MetricAnalysis" else _logs(items) if action == "LogSearch" else \
-            list(dict.fromkeys(brief(e) for e in items))
+        said = _metrics(items) + (hops[-1].also if hops else []) if action == "MetricAnalysis" else \
+            _logs(items) if action == "LogSearch" else list(dict.fromkeys(brief(e) for e in items))
         if said:
-            steps.append({"action": f"{action}({component})", "observation": words("; ".join(said), OBSERVATION_WORDS)})
+            steps.append({"action": f"{action}({component})",
+                          "observation": words(f"{component} " + ", ".join(said) if action == "MetricAnalysis"
+                                               else "; ".join(said), OBSERVATION_WORDS)})
     aside = [c for c in digest.candidates if c is not chosen and c.evidence][:SET_ASIDE]
-    if aside:
+    if aside and len(steps) < STEPS:
         why = [f"{c.component} (" + (f"an echo of its dependency {c.explained_by}" if c.explained_by
                                      else f"weaker, {c.score:.2f} against {chosen.score:.2f}")
                + f"): {brief(c.evidence[0])}" for c in aside]
         steps.append({"action": f"{ACTIONS.get(aside[0].evidence[0].kind, 'MetricAnalysis')}"
                                 f"({', '.join(c.component for c in aside)})",
                       "observation": words(f"set aside {'; '.join(why)}", OBSERVATION_WORDS)})
-    return steps
+    return steps[:STEPS]
 
 
 def trace_of(steps: list[dict]) -> list[dict]:

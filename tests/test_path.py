@@ -48,11 +48,12 @@ def test_the_path_walks_from_the_entry_to_the_cause_and_the_trace_tells_it_first
     assert [h.component for h in hops] == ["fe", "b", "c"]
     assert all(h.items and h.onset for h in hops)
     trace = answer(d)["reasoning_trace"]
-    assert read(trace[0]["action"]) == ["fe", "b", "c"]
-    assert trace[0]["observation"].startswith("fe -> b -> c;")
-    logs = trace[1]
-    assert logs["action"] == "LogSearch(fe, b)" and "'could not place order: Unavailable: connection refused'" in \
-        logs["observation"]
+    entry, walk, logs = trace[:3]
+    assert entry["action"] == "LogSearch(fe)"  # where users met it: the entry's own lines
+    assert "'could not place order: Unavailable: connection refused'" in entry["observation"]
+    assert read(walk["action"]) == ["fe", "b", "c"]
+    assert walk["observation"].startswith("fe -> b -> c;")
+    assert logs["action"] == "LogSearch(b)" and "could not place order" in logs["observation"]  # the callers' words
     assert len(trace) <= 5
     assert check(walked, ["fe", "b", "c"]) == []
 
@@ -73,13 +74,16 @@ def test_a_path_whose_caller_moved_before_the_cause_is_not_grounded(tmp_path):
     assert any(p.startswith("fe moved at") and "before c" in p for p in problems), problems
 
 
-def test_a_logged_error_is_quoted_as_what_failed_its_codes_and_its_innermost_error():
+def test_a_logged_error_is_quoted_as_what_failed_its_codes_and_its_two_innermost_errors():
     def line(text):
         return Item("fe-0", "log", 1.0, "", "", "log", line=text)
     assert gist(line("could not retrieve cart: rpc error: code = Internal desc = rpc error: code = Unavailable "
                      "desc = name resolver error: produced zero addresses; lookup failed on 10.0.0.2:53: no such "
-                     "host")) == "could not retrieve cart: Internal, Unavailable: no such host"
+                     "host")) == "could not retrieve cart: Internal, Unavailable: name resolver error: no such host"
+    assert gist(line('failed to get product: rpc error: code = Unavailable desc = connection error: desc = "transport: '
+                     'Error while dialing dial tcp 10.0.0.1:3550: connect: connection refused"')) == \
+        "failed to get product: Unavailable: connect: connection refused"  # what went wrong, not where it dialled
     assert gist(line("code error: panic: runtime error: invalid memory address or nil pointer dereference "
                      "[signal SIGSEGV: segmentation violation]")) == \
-        "code error: invalid memory address or nil pointer dereference"
+        "code error: runtime error: invalid memory address or nil pointer dereference"
     assert gist(line('request error: code = <*> desc = <*>","severity":"warning"}')) == "request error"
