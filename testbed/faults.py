@@ -426,12 +426,14 @@ def memory_stress(day, target, sl, rng):
        ["pod crash", "pod terminated unexpectedly", "container exit", "pod failure"])
 def pod_failure(day, target, sl, rng):
     """The pod's container is replaced by one that does nothing for the window: no process, no cpu, no traffic;
-    connections held by clients are reset (`connection failure`), new ones refused; then it starts again, cold.
+    connections held by clients are reset (`connection failure`), new ones refused; the idle container holds almost
+    no memory; then it starts again, cold.
     A datastore part that fails stops reporting work (its metrics of role `stops`) and restarts its uptime; a part
     another watches (a storage its coordinator counts) leaves its regions pending and counted abnormal until it is
     back; the parts that call it see their slowest queries and failures grow."""
     _cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", "pod_processes", *_NET_KPIS), 0.0,
              logged=("reset", "refused"))
+    day.pod_kpi["pod_memory_working_set_bytes"][sl, _idx(day, target.pods)] *= 0.05  # an idle container's
     _cold_start(day, target.pods, sl.stop)
     part = day.topo.service_of[target.pods[0]]
     if part not in day.db_kpi:
@@ -595,8 +597,12 @@ def network_delay(day, target, sl, rng):
        [{"type": "log", "keyword": ["deadlineexceeded"]}] + _FRONT_TRACE + _NET_OBS, _NET_METRICS,
        ["packet loss", "network packet drop", "high loss rate", "dropped packets"])
 def network_loss(day, target, sl, rng):
-    """The link drops packets: retransmissions slow calls, some time out, are given up or cannot connect."""
+    """The link drops packets: retransmissions slow calls, some time out, are given up or cannot connect; the
+    retransmissions and retries cost both ends cpu."""
     _link(day, target, sl, 350.0, 0.25, ("deadline", "canceled", "dial"), 0.5, rng, traffic=0.5)
+    src, dst = target.edge or (None, None)
+    if src:
+        day.pod_kpi["pod_cpu_usage"][sl, _idx(day, day.topo.pods_of(src) + day.topo.pods_of(dst))] *= 1.3
 
 
 @fault("network corrupt", "network attack", {"link", "service"},
