@@ -26,6 +26,7 @@ import duckdb
 
 TEMPLATE = "template:"  # the prefix of an event that is a template id, not a code position
 CALLS_START, CALLS_END = " calls start", " calls end"  # the suffixes of the events that begin and end a calls track
+CALL = "call "  # the prefix of a call's event in a calls track: `call SERVICE OPERATION`
 CHUNK = dt.timedelta(hours=1)  # the calls track is counted an hour of spans at a time
 SLACK = dt.timedelta(minutes=5)  # a span's log lines and calls may start a little before or after its minute
 
@@ -90,9 +91,9 @@ def _calls_track(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetim
                       from every semi join (select distinct op from paths) using (op)
                       anti join calls using (trace_id, span_id) group by all)
         select minute, o.service, o.operation,
-               if(a = 0, o.operation || $calls_start, 'call ' || x.service || ' ' || x.operation) as a,
-               if(b = 0, o.operation || $calls_end, 'call ' || y.service || ' ' || y.operation) as b, sum(pairs)
+               if(a = 0, o.operation || $calls_start, $call || x.service || ' ' || x.operation) as a,
+               if(b = 0, o.operation || $calls_end, $call || y.service || ' ' || y.operation) as b, sum(pairs)
         from (select * from pairs union all select * from bare) join ops o using (op)
         left join ops x on x.op = a left join ops y on y.op = b group by all""",
                 {"near_lo": lo - SLACK, "near_hi": hi + SLACK, "lo": lo, "hi": hi, "calls_start": CALLS_START,
-                 "calls_end": CALLS_END})
+                 "calls_end": CALLS_END, "call": CALL})

@@ -22,6 +22,8 @@
    with no local signal at
    all is an echo of something, seen or not. The deepest anomalous unit with healthy
    dependencies ranks first.
+5. Where a component's own code path broke in its spans, a component whose evidence is one resource metric's change
+   (no failed or slowed call reaches it, its paths held: nothing felt it) counts as an echo does.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it
 ERROR_ORIGIN = "error origin"  # the trace signal of errors that start in a component's own spans
 # What a component's callers feel of its trouble: it answers slower, fails, answers otherwise, or is gone. Its
 # resources (CPU, memory, disk, bytes, load) moving reach its callers only through one of these.
-FELT = UPWARD | LIVENESS | {ERROR_ORIGIN, "link", "self time", "path", "log", "silence"}
+PATH = "path"  # the signal of a component's own code path that changed in its spans
+FELT = UPWARD | LIVENESS | {ERROR_ORIGIN, PATH, "link", "self time", "log", "silence"}
+METRIC_KINDS = {"metric", "changepoint"}  # the families that read metric series
 ANOMALOUS = 0.2
 CARRIES = 0.5  # a replica whose own anomaly is at least this share of the strongest replica's carries the fault
 SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
@@ -80,6 +84,12 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
         best[it.signal] = max(best.get(it.signal, 0.0), it.blame * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
+
+
+def unfelt(items: list[Item]) -> bool:
+    """Whether a unit's evidence is one resource metric's change, which nothing felt: no call failed or slowed, no
+    path changed, no line was logged."""
+    return all(it.kind in METRIC_KINDS and it.signal not in FELT for it in items) and len({it.key for it in items}) == 1
 
 
 def strength(item: Item) -> tuple:
@@ -184,6 +194,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         for _, node, kind in (g.out_edges(u, data="kind") if u in g else []):
             if kind == "runs on" and own_of[u] >= ANOMALOUS:
                 hosted[node].add(service_of.get(u, u))
+    broke = {u for u, its in units.items() if any(it.signal == PATH and not it.echo for it in its)}
     for u, c in cands.items():
         deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
@@ -195,6 +206,8 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
                           down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}),
                           unreachable=any(down(units[d]) for d in deps if d in units and d != u))
+        if broke - {u} and unfelt(units[u]):
+            c.score *= ECHO_WEIGHT
         if c.level == "node" and len(hosted[u]) >= 2:
             c.score += 0.1 * len(hosted[u])
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.component))[:limit]

@@ -15,35 +15,52 @@ FRONT = ["F.c.FrontController#10", "F.c.FrontController#20"]
 ORDER = ["o.s.OrderServiceImpl#5", "o.s.OrderServiceImpl#7", "o.s.OrderServiceImpl#9"]
 
 
-def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fault=None, asks_order=True,
-                  faulty=during, asks_for="op", front_faulty=None):
-    """Four traces a minute: front's span calls order's operation `op`; each logs its code positions in order. In
-    the `faulty` minutes (the window's), `*_fault` replaces a service's positions (front's in `front_faulty`, if
-    given), front calls order only if it `asks_order`, and then for operation `asks_for`."""
-    spans, lines = [], []
+def shaped(t: Tiny, shape):
+    """Four traces a minute, each of the spans `shape(minute, k)` gives in the order they start: (service, the index
+    of its parent span or None, operation, the code positions it logs in order)."""
+    spans, lines, services = [], [], set()
     for i in range(MINUTES):
         for k in range(4):
             trace, ts = f"t{i}-{k}", T0 + dt.timedelta(minutes=i, seconds=k * 10)
-            for depth, (service, positions, fault) in enumerate((("front", front, front_fault),
-                                                                 ("order", order, order_fault))):
-                if depth and faulty(i) and not asks_order:
-                    continue
-                span, operation = f"{trace}-{depth}", asks_for if depth and faulty(i) else "op"
-                spans.append((trace, span, f"{trace}-0" if depth else None, ts, 50_000 - depth * 10_000, service,
-                              f"{service}-0", "node-1", operation, None, None, 1))
-                broken = (front_faulty or faulty) if depth == 0 else faulty
-                for j, position in enumerate(fault if fault is not None and broken(i) else positions):
-                    at = ts + dt.timedelta(milliseconds=1 + depth * 5 + j)
+            drawn = shape(i, k)
+            took = [5_000] * len(drawn)  # a leaf's time; a parent's is 2 ms of its own and its calls one by one
+            for n in reversed(range(len(drawn))):
+                if any(parent == n for _, parent, _, _ in drawn):
+                    took[n] = 2_000 + sum(took[c] for c, (_, parent, _, _) in enumerate(drawn) if parent == n)
+            for n, (service, parent, operation, positions) in enumerate(drawn):
+                span = f"{trace}-{n}"
+                spans.append((trace, span, None if parent is None else f"{trace}-{parent}",
+                              ts + dt.timedelta(microseconds=n), took[n], service, f"{service}-0", "node-1",
+                              operation, None, None, 1))
+                for j, position in enumerate(positions):
+                    at = ts + dt.timedelta(milliseconds=1 + n * 5 + j)
                     lines.append((at, f"{service}-0", service, "node-1", 1, f"12:00:00.000 INFO {position} did",
                                   1, "INFO", trace, span, position))
-    t.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, operation, "
-                         "kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", spans)
+                services.add(service)
+    t.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, "
+                      "operation, kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", spans)
     t.con.execute("insert or ignore into log_templates values (1, 'INFO <*> did', null, 0)")
     t.con.executemany("insert into log_lines (ts, component, service, node, template_id, message, file_id, level, "
                       "trace_id, span_id, event) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", lines)
-    for service in ("front", "order"):
+    for service in sorted(services):
         t.place(f"{service}-0", service)
     return t.done()
+
+
+def logged_traces(t: Tiny, front=FRONT, order=ORDER, front_fault=None, order_fault=None, asks_order=True,
+                  faulty=during, asks_for="op", front_faulty=None):
+    """Front's span calls order's operation `op`; each logs its code positions in order. In the `faulty` minutes
+    (the window's), `*_fault` replaces a service's positions (front's in `front_faulty`, if given), front calls
+    order only if it `asks_order`, and then for operation `asks_for`."""
+    def shape(i, k):
+        broken = faulty(i)
+        spans = [("front", None, "op", front_fault if front_fault is not None and (front_faulty or faulty)(i)
+                  else front)]
+        if asks_order or not broken:
+            spans.append(("order", 0, asks_for if broken else "op",
+                          order_fault if order_fault is not None and broken else order))
+        return spans
+    return shaped(t, shape)
 
 
 @pytest.fixture
@@ -277,3 +294,63 @@ def test_a_path_that_breaks_where_its_caller_s_network_is_slow_is_the_caller_s(t
     con = logged_traces(tiny, order_fault=[ORDER[0], ORDER[2]])
     found = {i.component: i for i in events.collect(con, window())}
     assert found["order"].echo and "calls from front came over a slow link" in found["order"].text
+
+
+PAY = ["p.s.PayServiceImpl#3", "p.s.PayServiceImpl#4"]
+REFUND = ["r.s.RefundServiceImpl#8", "r.s.RefundServiceImpl#9"]
+
+
+def failing_stack(t: Tiny, order_logs: bool):
+    """Front calls order, then pay. In the window order's answer ends front's operation: front logs its first
+    line, calls order and stops (no second line, no call into pay). Order logs its lines where `order_logs`, and
+    nothing else shows how it answered (no status: Train Ticket's spans carry none)."""
+    def shape(i, k):
+        spans = [("front", None, "op", FRONT[:1] if during(i) else FRONT),
+                 ("order", 0, "op", ORDER if order_logs else [])]
+        return spans if during(i) else spans + [("pay", 0, "op", PAY)]
+    return shaped(t, shape)
+
+
+def test_a_path_that_stops_right_after_a_call_points_at_the_callee_whose_answers_are_unseen(tiny):
+    con = failing_stack(tiny, order_logs=False)
+    found = {i.component: i for i in events.collect(con, window())}
+    assert found["front"].echo and "it broke right after order answered" in found["front"].text
+    assert not found["order"].echo and found["order"].text.startswith("front's path broke right after its call")
+    assert digest(con).candidates[0].component == "order"
+
+
+def test_a_path_that_stops_after_a_callee_answered_as_usual_is_the_caller_s(tiny):
+    """Order's own paths ran and held: its answer was as usual, and front's code ended front's operation."""
+    con = failing_stack(tiny, order_logs=True)
+    found = {i.component: i for i in events.collect(con, window())}
+    assert list(found) == ["front"] and not found["front"].echo
+    assert digest(con).candidates[0].component == "front"
+
+
+def test_a_caller_sent_another_way_by_a_wrong_return_points_at_who_returned_it(tiny):
+    """Order returns a wrong value in half its spans (it skips #7); front, given it, asks refund instead of pay,
+    and refund fails on what it is asked (its own path breaks, more than order's). Refund was asked because front
+    changed course, and front changed course on order's answer: order is the cause."""
+    def shape(i, k):
+        wrong = during(i) and k % 2 == 0
+        spans = [("front", None, "op", FRONT), ("order", 0, "op", [ORDER[0], ORDER[2]] if wrong else ORDER)]
+        spans.append(("refund", 0, "op", REFUND[:1]) if wrong else ("pay", 0, "op", PAY))
+        return spans + ([("x", None, "op", []), ("refund", 3 + int(wrong), "op", REFUND)] if k == 1 else [])
+    con = shaped(tiny, shape)
+    found = {i.component: i for i in events.collect(con, window())}
+    assert found["refund"].score > found["order"].score  # refund's own break is the strongest
+    assert found["refund"].echo and "its callers front changed their paths too" in found["refund"].text
+    assert found["front"].echo and "it broke right after order answered" in found["front"].text
+    assert not found["order"].echo
+    assert digest(con).candidates[0].component == "order"
+
+
+def test_a_metric_step_off_the_path_weighs_less_than_a_path_broken_in_the_spans(tiny):
+    """Order's own path broke in a third of its spans; cat, which nobody calls and whose paths held, stepped in one
+    memory series alone. Nothing felt cat's step; order's callers met its break."""
+    tiny.series("cat-0", "pod_memory_working_set_bytes", 100.0, service="cat", fault=400.0)
+    con = logged_traces(tiny, order_fault=[ORDER[0], ORDER[2]], faulty=lambda i: during(i) and i % 3 == 0)
+    d = digest(con)
+    step = next(c for c in d.candidates if c.component == "cat")
+    assert step.found[0].score > d.candidates[0].score  # the step alone is the stronger item
+    assert d.candidates[0].component == "order"

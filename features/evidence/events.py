@@ -19,20 +19,26 @@ network is slow (its requests come late, and a caller that gives up on a call en
 operation that makes another first call than before chose it before any callee answered: only its input can
 change that from outside, so it echoes a caller whose path changed as much, never a callee, and explains no
 caller. A change explains another only while it holds: one that began later, or had ended before, is no cause.
+
+A path that broke right after a call broke on the callee's answer (it ended the operation, or sent it another way,
+as a wrong return does): the callee explains it, unless its own spans show it answered as usual (its own paths ran
+and held, or its spans carry a status); a callee whose answers nothing shows (it logs nothing in its spans, and
+they carry no status) is the suspect, with the caller's break for evidence. A callee that a changed path now asks
+was asked because its caller changed course: it echoes that caller, and explains none.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import networkx as nx
 import numpy as np
 from scipy.stats import beta, binom
 
-from ..events import CALLS_END, CALLS_START, TEMPLATE
+from ..events import CALL, CALLS_END, CALLS_START, TEMPLATE
 from . import MINUTE, Item, Window, flat, rows, traces
 from .traces import DURING, MINUTES, _params
 
@@ -60,6 +66,7 @@ class Change:
     n: int
     first: dt.datetime
     last: dt.datetime
+    after: Change | None = None  # the service's strongest break right after a call (the callee's answer), if strong
 
 
 def changes(con, w: Window) -> dict[str, Change]:
@@ -89,6 +96,7 @@ def changes(con, w: Window) -> dict[str, Change]:
             minutes[key][r["b"], r["minute"]] = r["during"]
         seen[key] = max(seen.get(key, 0), r["before"] or 0)
     found: dict[str, Change] = {}
+    after_call: dict[str, Change] = {}  # the strongest break right after a call, of each service
     for key, p in sorted(follow.items()):  # ties go the same way every run
         if seen[key] < MIN_BASELINE or not minutes[key]:
             continue
@@ -96,7 +104,11 @@ def changes(con, w: Window) -> dict[str, Change]:
         change = _strongest(service, a, p, minutes[key], seen[key])
         if change and change.score > (found[service].score if service in found else 0.0):
             found[service] = change
-    return found
+        if change and a.startswith(CALL) and change.score > (after_call[service].score if service in after_call else 0):
+            after_call[service] = change
+    # A service's log lines and its calls break together where a callee's answer ended its path: the break after the
+    # call tells whose answer it was, though the log's break be as strong.
+    return {s: replace(c, after=after_call[s]) if s in after_call and after_call[s].score >= EXPLAINS * c.score else c for s, c in found.items()}
 
 
 def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str, dt.datetime], int],
@@ -148,7 +160,7 @@ def collect(con, w: Window) -> list[Item]:
     changed = changes(con, w)
     if not changed:
         return []
-    names = _names(con, {e for c in changed.values() for e in (c.a, c.b, c.taken)})
+    names = _names(con, {e for c in changed.values() for o in (c, c.after) if o for e in (o.a, o.b, o.taken)})
     calls = nx.DiGraph(con.execute(f"""select distinct caller, callee from trace_edge_minute
                                        where {DURING} and callee is not null and caller <> callee""",
                                    {"start": w.start, "end": w.end}).fetchall())
@@ -156,6 +168,7 @@ def collect(con, w: Window) -> list[Item]:
     # A component's own trouble reaches all its callers; a slow link among healthy ones (the share of the
     # component's links that are slow below 1) only the callers whose calls run over it.
     trouble = [it for it in traces.collect(con, w) if it.signal in TROUBLE and not it.echo]
+    answering = _answering(con, w, changed, calls)
     items = []
     for c in changed.values():
         under = nx.descendants(calls, c.service) if c.service in calls else set()
@@ -167,32 +180,87 @@ def collect(con, w: Window) -> list[Item]:
         holding = {d: o.score for d, o in changed.items() if o.first <= c.first <= o.last}
         # An operation that makes another first call than before chose it before any callee answered, from what it
         # was asked: no callee explains it, and a caller whose own path changed may (it asks otherwise). Nor does
-        # such a choice explain its caller. (A first call that vanished may be a callee that is gone.)
+        # such a choice explain its caller. (A first call that vanished may be a callee that is gone.) A callee that
+        # a caller's changed path now calls was asked because the caller changed course: it explains no caller.
         causes = {d: score for d, score in holding.items() if not chose(changed[d])}
+        asks = _asks(c, calls)
         below = set() if chose(c) else {
-            d for d in under if max(troubled.get(d, 0.0), causes.get(d, 0.0)) >= EXPLAINS * c.score}
-        asked = {d for d in (calls.predecessors(c.service) if chose(c) and c.service in calls else ())
-                 if holding.get(d, 0.0) >= EXPLAINS * c.score}
+            d for d in under - {asks} if max(troubled.get(d, 0.0), causes.get(d, 0.0)) >= EXPLAINS * c.score}
+        asked = {d for d in (calls.predecessors(c.service) if c.service in calls else ())
+                 if (chose(c) and holding.get(d, 0.0) >= EXPLAINS * c.score)
+                 or (d in holding and _asks(changed[d], calls) == c.service)}
+        # A path that broke right after a call: the callee's answer ended it or sent it another way. The callee is
+        # the suspect unless its own spans show it answered as usual (its paths ran and held, its status is known
+        # and was no worse).
+        answered = _answered(c, calls)
+        after = answered if answered and (answered in causes or answered in troubled
+                                          or answered not in answering) else None
         # A caller whose network is slow sends its calls late and hangs up on them: the callee's spans end early.
         late = {it.component for it in trouble
                 if it.signal == "link" and c.service in calls and calls.has_edge(it.component, c.service)
                 and (it.share == 1.0 or it.peer == c.service) and it.blame >= EXPLAINS * c.score}
-        a, b, taken = (names.get(e, e) for e in (c.a, c.b, c.taken))
-        text = (f"events of {c.service}: '{flat(a, 60)}' was followed by '{flat(b, 60)}' in {c.before:.0%} of "
-                f"spans, now {c.during:.0%} of {c.n} in {_minutes(c)} (now by '{flat(taken, 60)}')")
+        text = f"events of {c.service}: {_told(c, names)}"
         if below:
             text += f"; its callees {', '.join(sorted(below))} changed too (slower, failing or on other paths)"
+        if after:
+            text += f"; it broke right after {after} answered"
         if late:
             text += f"; calls from {', '.join(sorted(late))} came over a slow link"
         if asked:
             text += f"; its callers {', '.join(sorted(asked))} changed their paths too (it was asked otherwise)"
-        items.append(Item(c.service, "event", c.score, f"{a}_{b}", text, "path", echo=bool(below or late or asked)))
+        items.append(Item(c.service, "event", c.score, _key(c, names), text, "path",
+                          echo=bool(below or after or late or asked)))
+        if after and after not in changed and after not in troubled:  # its answers are not seen: its callers' are
+            items.append(Item(after, "event", c.score, _key(c.after, names),
+                              f"{c.service}'s path broke right after its call into {after}, whose spans show no "
+                              f"answer as usual: {_told(c.after, names)}", "path", peer=c.service))
     return items
+
+
+def _answered(c: Change, calls: nx.DiGraph) -> str | None:
+    """The callee whose answer came right before the service's break."""
+    return _callee(c.service, c.after.a, calls) if c.after else None
+
+
+def _asks(c: Change, calls: nx.DiGraph) -> str | None:
+    """The callee the changed path now calls instead of what followed before."""
+    return _callee(c.service, c.taken, calls)
+
+
+def _callee(service: str, event: str, calls: nx.DiGraph) -> str | None:
+    """The service a calls-track event of `service` calls (`call SERVICE OPERATION`)."""
+    callee = event.split(" ", 2)[1] if event.startswith(CALL) and event.count(" ") >= 2 else None
+    return callee if calls.has_edge(service, callee) else None
+
+
+def _answering(con, w: Window, changed: dict[str, Change], calls: nx.DiGraph) -> set[str]:
+    """Of the callees right before a broken pair, those whose spans in the window show how they answered: their own
+    paths were counted (and held, or they changed), or their spans carry a status."""
+    callees = sorted({x for c in changed.values() if (x := _answered(c, calls))})
+    if not callees:
+        return set()
+    return {s for s, in con.execute("""
+        select distinct service from event_pair_minute
+        where minute between $start and $end and service in (select unnest($callees))
+        union select distinct service from spans
+        where ts between $start and $end and service in (select unnest($callees)) and status_code is not null""",
+                                    {"start": w.start, "end": w.end, "callees": callees}).fetchall()}
 
 
 def chose(c: Change) -> bool:
     """Whether the change is an operation's first call, made to another callee than before."""
     return c.a.endswith(CALLS_START) and not c.taken.endswith(CALLS_END)
+
+
+def _key(c: Change, names: dict[str, str]) -> str:
+    """The expected pair that broke, `A_B` in Nezha's labels."""
+    return f"{names.get(c.a, c.a)}_{names.get(c.b, c.b)}"
+
+
+def _told(c: Change, names: dict[str, str]) -> str:
+    a, b, taken = (flat(names.get(e, e), 60) for e in (c.a, c.b, c.taken))
+    return (f"'{a}' was followed by '{b}' in {c.before:.0%} of spans, now {c.during:.0%} of {c.n} in {_minutes(c)} "
+            f"(now by '{taken}')")
 
 
 def _minutes(c: Change) -> str:
