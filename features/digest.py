@@ -8,6 +8,7 @@ reads fault-type hypotheses from each candidate's signature. The text is for the
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import duckdb
@@ -36,6 +37,7 @@ class Digest:
     confidence: float | None = None  # that candidate 1 stands out from the normal windows of its day
     unready: list[str] = field(default_factory=list)  # days of the window (or its baseline) without features
     paths: dict[str, list[Hop]] = field(default_factory=dict)  # per candidate with options: from an entry to it
+    skipped: list[str] = field(default_factory=list)  # what was not computed, the case's time being up
 
     @property
     def clear(self) -> bool:
@@ -65,19 +67,29 @@ class Digest:
                                 "evidence": [e.text for e in c.evidence]} for c in self.candidates]}
 
 
-def build_digest(con: duckdb.DuckDBPyConnection, q: Question) -> Digest:
+def build_digest(con: duckdb.DuckDBPyConnection, q: Question, deadline: float | None = None) -> Digest:
+    """The digest of a case; past the `deadline` (`time.monotonic()`) once ranked, without the parts that take
+    longest and change no answer: the fault's paths and the confidence (their names in `skipped`)."""
     w = Window.around(q.start, q.end)
     store.focus(con, *reach(w))
     ranking = rank_window(con, w, CANDIDATES)
     ranked, node_of = ranking.candidates, ranking.node_of
     opts = {c.component: options(c.evidence, c.level) for c in ranked[:OPTION_CANDIDATES]}
-    paths = fault_paths(con, w, ranking, opts)
+    skipped: list[str] = []
+
+    def unless_late(part: str, compute, default):
+        if deadline is not None and time.monotonic() > deadline:
+            skipped.append(part)
+            return default
+        return compute()
+
+    paths = unless_late("paths", lambda: fault_paths(con, w, ranking, opts), {}) if ranked else {}
+    sure = unless_late("confidence", lambda: confidence(con, w, alarm(ranked)), None) if ranked else None
     window = (q.start.strftime("%Y-%m-%dT%H:%M:%SZ"), q.end.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    sure = confidence(con, w, alarm(ranked)) if ranked else None
     unready = [str(day) for day, in con.execute("select day from dirty_days where day between ? and ? order by day",
                                                  [(w.start - BASELINE).date(), w.end.date()]).fetchall()]
     return Digest(q.uuid, window, ranked, render(q, ranked, opts, node_of, sure, unready, paths), opts, sure, unready,
-                  paths)
+                  paths, skipped)
 
 
 def render(q: Question, ranked: list[Candidate], opts: dict[str, list[Option]], node_of: dict[str, str],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -145,15 +146,18 @@ def check_answer(step: dict, options: dict, open_: list[str], levels: dict[str, 
 
 
 def standing(digest) -> dict:
-    """What a transcript says of the ranking: the candidates, and whether the top one stands out."""
+    """What a transcript says of the ranking: the candidates, whether the top one stands out, and what the digest
+    left out, the case's time being up."""
     return {"candidates": [c.component for c in digest.candidates], "confidence": digest.confidence,
-            "clear": digest.clear, "features_missing": digest.unready}
+            "clear": digest.clear, "features_missing": digest.unready, "skipped": digest.skipped}
 
 
-def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
-    """The `rank` agent: the ranking's top option, no model."""
+def rank_only(con: duckdb.DuckDBPyConnection, question: Question, gate=nullcontext()) -> Outcome:
+    """The `rank` agent: the ranking's top option, no model. The digest is built inside `gate` (a bound on how
+    many are built at once)."""
     started = time.monotonic()
-    digest = build_digest(con, question)
+    with gate:
+        digest = build_digest(con, question)
     answer = rank_answer(digest)
     error = None if answer else "no candidates: no component left its baseline in the window"
     seconds = round(time.monotonic() - started, 3)
@@ -164,12 +168,15 @@ def rank_only(con: duckdb.DuckDBPyConnection, question: Question) -> Outcome:
 
 
 def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, model: str = "",
-             max_tools: int = 0, time_limit: float = 600.0, decide: bool = False) -> Outcome:
+             max_tools: int = 0, time_limit: float = 600.0, decide: bool = False, gate=nullcontext()) -> Outcome:
     """Diagnose one case; the outcome carries the answer (the model's, or the ranking's where it failed),
     the reason the model failed if it did, and the transcript. With `decide`, where the ranking is unsure the model
-    chooses among its rivals, each tested; otherwise it confirms candidate 1."""
+    chooses among its rivals, each tested; otherwise it confirms candidate 1. The time limit runs from the case's
+    start, the digest's wait for `gate` (a bound on how many digests are built at once) and the digest included:
+    where they used it up, the ranking's answer stands and the model is not asked."""
     started = time.monotonic()
-    digest = build_digest(con, question)
+    with gate:
+        digest = build_digest(con, question, deadline=started + time_limit)
     digest_seconds = time.monotonic() - started
     ctx = Context(con, question)
     options = option_ids(digest)
@@ -197,7 +204,8 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
 
     # Each rival's first option (1a where the ranking is sure) is tested before the model reads the brief: where
     # its evidence was read, where its fault shows.
-    tests = [check(tool, c) for c in rivals for tool in checks_of(next(o for k, o in options.values() if k == c))]
+    tests = [check(tool, c) for c in rivals for tool in checks_of(next(o for k, o in options.values() if k == c))
+             if digest_seconds <= time_limit]
     numbers = [i for i, c in enumerate(digest.candidates, 1) if c.component in rivals]
     messages = [{"role": "system", "content": system_prompt(max_tools, numbers)},
                 {"role": "user", "content": user_prompt(question.description, digest, tests,
@@ -212,6 +220,9 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     try:
         if not options:
             raise CaseFailed("no candidates: no component left its baseline in the window")
+        if digest_seconds > time_limit:
+            raise CaseFailed(f"time limit of {time_limit:.0f} s reached before the model was asked (the digest took "
+                             f"{digest_seconds:.1f} s)")
         for _ in range(max_tools + 3):  # hard step limit: checks, the answer, one repair
             if time.monotonic() - started > time_limit:
                 raise CaseFailed(f"time limit of {time_limit:.0f} s reached")
@@ -287,6 +298,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         "rivals": rivals if len(rivals) > 1 else [],
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
+        "past_limit": time.monotonic() - started > time_limit,
         **standing(digest),
     }
     if top in contradicted and outcome.answer and outcome.answer["component"] == top:

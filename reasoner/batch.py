@@ -125,14 +125,16 @@ def _run(db, questions, answers, chat, model, concurrency, limit, progress, sett
         todo = todo[:limit]
     con = store.connect(db, read_only=True)
     out, log = _Appender(answers), _Appender(transcripts_path(answers))
+    # Digests are computed by the machine's cores: no more built at once than it has; model requests may all be out.
+    digests = threading.BoundedSemaphore(os.cpu_count() or 1)
 
     def one(q: Question) -> None:
         cursor = store.cursor(con)
         cursor.execute("set TimeZone = 'UTC'")  # a cursor is a session of its own
         if chat is None:  # the rank agent
-            outcome = rank_only(cursor, q)
+            outcome = rank_only(cursor, q, digests)
         else:
-            outcome = diagnose(chat, cursor, q, model=model, **settings)
+            outcome = diagnose(chat, cursor, q, model=model, gate=digests, **settings)
         log.write(outcome.transcript)
         if outcome.transcript["features_missing"]:
             report.incomplete.append((q.uuid, f"the features of {', '.join(outcome.transcript['features_missing'])} "

@@ -272,6 +272,45 @@ def test_a_case_time_limit_is_a_deadline_whatever_the_endpoint_does(case, tmp_pa
     assert json.loads((tmp_path / "a.jsonl").read_text())["component"] == "cartservice"
 
 
+def test_a_case_whose_digest_used_up_its_time_answers_from_the_ranking_without_asking_the_model(case, tmp_path):
+    db, question = case
+
+    def chat(messages, schema, seconds):
+        raise AssertionError("the model was asked past the case's time limit")
+    report = run_batch(db, [question], tmp_path / "a.jsonl", chat, model="fake", time_limit=0.001)
+    transcript = json.loads(transcripts_path(tmp_path / "a.jsonl").read_text())
+    assert [u for u, _ in report.fallback] == [question.uuid] and transcript["past_limit"]
+    assert transcript["error"].startswith("time limit of 0 s reached before the model was asked (the digest took ")
+    assert transcript["skipped"] == ["paths", "confidence"] and transcript["tool_calls"] == 0
+    assert json.loads((tmp_path / "a.jsonl").read_text())["component"] == "cartservice"
+
+
+def test_concurrent_cases_build_no_more_digests_at_once_than_the_machine_has_cores(case, replay, tmp_path,
+                                                                                  monkeypatch):
+    import os
+
+    from reasoner import agent
+
+    db, _ = case
+    building, most, lock = 0, 0, threading.Lock()
+    build = agent.build_digest
+
+    def counted(*args, **kwargs):
+        nonlocal building, most
+        with lock:
+            building += 1
+            most = max(most, building)
+        try:
+            return build(*args, **kwargs)
+        finally:
+            with lock:
+                building -= 1
+    monkeypatch.setattr(agent, "build_digest", counted)
+    questions = load_questions(replay / "input.json")  # five
+    report = run_batch(db, questions, tmp_path / "a.jsonl", None, concurrency=5)
+    assert report.answered == 5 and 1 <= most <= (os.cpu_count() or 1)
+
+
 def test_diagnose_exit_status_says_when_the_model_failed(case, replay, tmp_path, monkeypatch):
     db, question = case
     fake = FakeEndpoint("fail")
