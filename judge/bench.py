@@ -1,6 +1,6 @@
 """Benchmark of the agents side by side: on a stratified sample of each set (a simulated replay of a
 schedule, and each real labelled dump), `rank` and `llm` answer the same cases and are judged alike:
-final, LA, TA, explainability, APL, the share of traces whose fault's path is grounded, unanswered and fallback
+final, LA, TA, explainability, APL, the share of traces whose fault's path is grounded and of answers that state only what the store holds, unanswered and fallback
 cases, seconds, tokens and LLM calls a case; and apart, the cases where the ranking is unsure, where a model could
 decide what the ranking cannot: how many, and the share of them each agent names right, the llm agent also
 deciding among the rivals there (`diagnose --decide`)."""
@@ -58,9 +58,10 @@ def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, dou
     summary = scored.summary()
     figures = transcript_figures(answers, {}) or {}
     hard = [c for c in scored.cases if c.uuid in doubtful]
+    g = grounding(db, sample, answers)
     return {**{k: summary[k] for k in ("final", "LA", "TA", "explainability", "APL", "cases", "answered")},
             "unsure": len(hard), "LA_unsure": round(sum(c.component_ok for c in hard) / len(hard), 4) if hard else None,
-            "grounded": grounding(db, sample, answers)["grounded"],
+            **{k: g[k] for k in ("grounded", "held")},
             **{k: figures.get(k) for k in ("fallback", "seconds_per_case", "llm_calls_per_case",
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
 

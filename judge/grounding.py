@@ -1,5 +1,6 @@
-"""Whether the fault's paths that answers walk hold in the store (`features.path.ungrounded`): every hop a link of
-the dependency graph, every component on it out of its baseline in the window, the onsets from the cause outward."""
+"""Whether answers hold in the store: the fault's path a trace walks (`features.path.ungrounded`: every hop a link of
+the dependency graph, every component on it out of its baseline in the window, the onsets from the cause outward),
+and every line an answer quotes, every metric name and number it gives (`reasoner.facts`)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,39 @@ from pathlib import Path
 from etl import store
 from features.cases import Question
 from features.detect import CANDIDATES
+from features.digest import build_digest
 from features.evidence import Window
 from features.path import ungrounded, walked
 from features.ranker import rank_window
+from reasoner.facts import held, known, unfounded
 
 from .pages import by_uuid
 
 
 def grounding(db: Path, questions: list[Question], answers: Path) -> dict:
-    """The share of answers whose trace walks a grounded path, of those that walk one; and what fails where not."""
+    """The share of answers whose trace walks a grounded path, of those that walk one, and the share of answers
+    that state nothing the store does not hold; what fails where not."""
     answered = by_uuid(answers)
     con = store.connect(db, read_only=True)
     found: dict[str, list[str]] = {}
+    made_up: dict[str, list[str]] = {}
     try:
         for q in questions:
-            path = walked(answered.get(q.uuid) or {})
+            a = answered.get(q.uuid)
+            if not a:
+                continue
+            w = Window.around(q.start, q.end)
+            path = walked(a)
             if path:
-                w = Window.around(q.start, q.end)
                 found[q.uuid] = ungrounded(con, w, rank_window(con, w, CANDIDATES), path)
+            said = known(con, w, build_digest(con, q))
+            _, dropped = held(a, said)
+            facts = unfounded(str(a.get("reason", "")), said) + [f for d in dropped for f in d["unfounded"]]
+            if facts:
+                made_up[q.uuid] = facts
     finally:
         con.close()
+    told = sum(q.uuid in answered for q in questions)
     return {"grounded": round(sum(not p for p in found.values()) / len(found), 4) if found else None,
-            "walked": len(found), "answered": sum(q.uuid in answered for q in questions),
-            "not_grounded": {uuid: problems for uuid, problems in found.items() if problems}}
+            "walked": len(found), "answered": told, "not_grounded": {u: p for u, p in found.items() if p},
+            "held": round(1 - len(made_up) / told, 4) if told else None, "unfounded": made_up}

@@ -1,6 +1,7 @@
-"""A page per case, for a person to check an answer: the question, the answer, the ranked candidates with their
-evidence, the key metric around the window with its change points, the dependency graph around the answer, the
-log lines and slow calls behind it, and the transcript. Self-contained HTML (pictures inline, no network); every
+"""A page per case, for a person to check an answer: the question, the answer and its steps, the ranked candidates
+with their evidence, where users met the fault (the entry's answers per status code), the key metric around the
+window with its change points, the dependency graph around the answer, the log lines and slow calls behind it, and
+the transcript. Self-contained HTML (pictures inline, no network); every
 name and text from the telemetry or a model is escaped."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from features.cases import Question
 from features.digest import Digest, build_digest
 from features.evidence import Window
 from features.graph import dependency_graph
-from features.path import calls_by_edge, calls_graph, troubled, walked
+from features.path import STATUS, calls_by_edge, calls_graph, troubled, walked
 from rcalab.errors import OutputError, read_text
 from reasoner.batch import transcripts_path
 
@@ -106,6 +107,27 @@ def key_log_plot(con, digest: Digest, component: str, w: Window) -> str | None:
     ax.bar([m for m, _ in counts], [n for _, n in counts], width=1 / 1440, color="tab:purple")
     ax.axvspan(w.start, w.end, color="tab:red", alpha=0.1, label="the window")
     ax.set_title(_text(f"log lines of {component} with '{key}' per minute"))
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def entry_status_plot(con, entry: str, w: Window) -> str | None:
+    """Where users met the fault: the answers the entry's access log gives, per status code and minute, an hour
+    either side of the window (nothing where its lines give no status)."""
+    counts = con.execute(f"""
+        select time_bucket(interval 1 minute, ts) as minute, regexp_extract(message, '{STATUS}', 1) as code, count(*)
+        from log_lines where (component = ? or service = ?) and ts between ? and ? and regexp_matches(message, '{STATUS}')
+        group by all order by 1""", [entry, entry, w.start - AROUND, w.end + AROUND]).fetchall()
+    if not counts:
+        return None
+    codes = sorted({c for _, c, _ in counts}, key=lambda c: -sum(n for _, x, n in counts if x == c))[:5]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 2.6))
+    for code in codes:
+        points = [(m, n) for m, c, n in counts if c == code]
+        ax.plot([m for m, _ in points], [n for _, n in points], label=code, marker=".", linewidth=1)
+    ax.axvspan(w.start, w.end, color="tab:red", alpha=0.1, label="the window")
+    ax.set_title(_text(f"answers of {entry} per status code and minute, as its access log gives them"))
     ax.legend(fontsize=8)
     return png(fig)
 
@@ -220,11 +242,13 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
           "; ".join(f"{o.fault_type}: {o.key}" for o in digest.options.get(c.component, [])),
           " | ".join(x.text for x in c.evidence)] for i, c in enumerate(digest.candidates, 1)]))
     if component:
-        for title, picture in (("The key metric around the window", key_metric_plot(con, digest, component, w)),
+        path = walked(answer or {}) or [h.component for h in digest.paths.get(component, [])]
+        for title, picture in (("Where users met it: the entry's answers", entry_status_plot(con, path[0], w)
+                                if path else None),
+                               ("The key metric around the window", key_metric_plot(con, digest, component, w)),
                                ("The key log keyword around the window", key_log_plot(con, digest, component, w))):
             if picture:
                 parts.append(f"<h2>{title}</h2><img alt='{e(title)}' src='{picture}'>")
-        path = walked(answer or {}) or [h.component for h in digest.paths.get(component, [])]
         parts.append(f"<h2>The fault's path on the call graph</h2><p>{e(' -> '.join(path) or 'no path walked')}</p>"
                      f"<div class='graph'>{svg(call_graph(con, digest, path, w))}</div>")
         lines = con.execute("""select strftime(ts, '%H:%M:%S'), component, coalesce(level, ''), message from log_lines
@@ -246,7 +270,7 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
         for m in transcript.get("messages", []):
             parts.append(f"<details><summary>{e(str(m.get('role')))}</summary><pre>{e(str(m.get('content')))}"
                          "</pre></details>")
-        figures = {k: transcript.get(k) for k in ("status", "error", "why_not_top", "tokens", "seconds")}
+        figures = {k: transcript.get(k) for k in ("status", "error", "why_not_top", "unfounded", "tokens", "seconds")}
         parts.append(f"<p>{e(json.dumps(figures))}</p>")
     return "\n".join(parts)
 

@@ -161,10 +161,15 @@ def write_report(folder: Path, results: dict[str, dict], pages: dict[str, dict[s
             parts.append(f"<p>Grounded: {g['grounded']} of the {g['walked']} traces that walk the fault's path "
                          f"({g['answered']} answers): every hop a link of the dependency graph, every component on it "
                          "out of its baseline, the onsets from the cause outward.</p>")
-            if g["not_grounded"]:
+            parts.append(f"<p>Held: {g.get('held')} of the answers state nothing the store does not hold (every "
+                         "line they quote logged in the window, every metric name and number in its evidence).</p>")
+            problems = {u: p for u, p in g["not_grounded"].items()}
+            for u, facts in g.get("unfounded", {}).items():
+                problems.setdefault(u, []).append("not in the store: " + ", ".join(facts))
+            if problems:
                 parts.append("<table><tr><th>case</th><th>what does not hold</th></tr>" + "".join(
                     f"<tr><td>{html.escape(u)}</td><td>{html.escape('; '.join(p))}</td></tr>"
-                    for u, p in g["not_grounded"].items()) + "</table>")
+                    for u, p in problems.items()) + "</table>")
         linked = pages.get(name, {})
         parts.append("<h3>Cases that missed something</h3><p>A right component and reason can still miss evidence "
                      "points the ground truth lists (explainability).</p><table><tr><th>case</th><th>fault type</th>"

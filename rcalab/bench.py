@@ -201,7 +201,7 @@ def diagnose_tables(result: dict) -> list[Table]:
         table.add_column("measure")
         for agent in agents:
             table.add_column(agent, justify="right")
-        for measure_ in ("final", "LA", "TA", "explainability", "grounded", "APL", "cases", "unsure", "LA_unsure",
+        for measure_ in ("final", "LA", "TA", "explainability", "grounded", "held", "APL", "cases", "unsure", "LA_unsure",
                          "answered", "fallback", "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case",
                          "output_tokens_per_case"):
             table.add_row(measure_.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure")

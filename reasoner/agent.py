@@ -28,6 +28,7 @@ from features.digest import build_digest
 from features.evidence import flat
 from features.options import DERIVED
 
+from .facts import held, known, unfounded
 from .prompt import FAULT_TYPES, REASON_CHARS, fault_types_for, option_ids, step_schema, system_prompt, user_prompt
 from .rank import REASON_WORDS, evidence_steps, reason, trace_of, words
 from .rank import answer as rank_answer
@@ -189,10 +190,13 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     contradicted: set[str] = set()  # candidates whose option's evidence a check found gone
     confirmed: dict[str, list[str]] = {}  # candidate -> the keys its checks found moving
     done_calls: set[tuple] = set()
+    results: list[str] = []  # what the checks read from the store
+    unheld: list[dict] = []  # what the model stated that the store does not hold, left out of the answer
 
     def check(tool: str, target: str, keyword: str = "") -> str:
         done_calls.add((tool, target, keyword))
         found = run_tool(ctx, tool, target, keyword)
+        results.append(found.text)
         read = {checks_of(o)[0] for c, o in options.values() if c == target and o.kind != DERIVED}
         if found.text.startswith("no ") and tool in read and not keyword:
             contradicted.add(target)
@@ -268,10 +272,18 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                     chosen = next(c for c in digest.candidates if c.component == component)
                     text = reason(component, step["fault_type"], option.key, chosen.found or chosen.evidence,
                                   confirmed.get(component, []))
-                    outcome.answer = {"uuid": question.uuid, "component": component,
-                                      "reason": with_words(text, str(step.get("reason", "")), step["fault_type"]),
-                                      "reasoning_trace": trace_of(evidence_steps(digest, component) + [
-                                          s for s in tool_steps if s["target"] in {component, *contradicted}])}
+                    # The model may word the reason, never add a fact: what it states must be what the store holds.
+                    store_said = known(con, ctx.window, digest, results)
+                    own = str(step.get("reason", ""))
+                    made_up = unfounded(own, store_said)
+                    if made_up:
+                        unheld.append({"action": "reason", "unfounded": made_up})
+                    outcome.answer, dropped = held(
+                        {"uuid": question.uuid, "component": component,
+                         "reason": text if made_up else with_words(text, own, step["fault_type"]),
+                         "reasoning_trace": trace_of(evidence_steps(digest, component) + [
+                             s for s in tool_steps if s["target"] in {component, *contradicted}])}, store_said)
+                    unheld += dropped
                     break
                 if repeated:
                     must_answer = True
@@ -295,6 +307,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         status = "fallback" if outcome.answer else "failed"
     outcome.transcript = {
         "uuid": question.uuid, "status": status, "error": outcome.error, "why_not_top": why_not_top,
+        "unfounded": unheld,
         "rivals": rivals if len(rivals) > 1 else [],
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),

@@ -23,6 +23,10 @@ class Context:
     con: duckdb.DuckDBPyConnection
     question: Question
 
+    @property
+    def window(self) -> Window:
+        return Window.around(self.question.start, self.question.end)
+
 
 @dataclass(frozen=True)
 class Result:
@@ -38,10 +42,6 @@ def _names(ctx: Context, component: str) -> set[str]:
     return {component, *(n for pod, service in placed for n in (pod, service))}
 
 
-def _window(ctx: Context) -> Window:
-    return Window.around(ctx.question.start, ctx.question.end)
-
-
 def _items(found: list[Item], nothing: str, names: set[str]) -> Result:
     """The lines found, strongest first; the keys only of those that are the checked component's own (a caller's
     line that names it is shown, but its keys are the caller's)."""
@@ -52,7 +52,7 @@ def _items(found: list[Item], nothing: str, names: set[str]) -> Result:
 
 def metric_anomalies(ctx: Context, component: str) -> Result:
     """Metrics of a component (a service covers its pods, a pod its service) that left their baseline, shifted or stopped in the window."""
-    w = _window(ctx)
+    w = ctx.window
     names = _names(ctx, component)
     found = [i for family in (metrics, changepoints, silence) for i in family.collect(ctx.con, w) if i.component in names]
     return _items(found, f"no metric of {flat(component, 60)} left its baseline", names)
@@ -86,7 +86,7 @@ def trace_edges(ctx: Context, component: str) -> Result:
     """Traced calls into and out of a service (or a pod's service) in the window: errors, call gaps, its self time,
     and the paths of events in its spans that changed."""
     names = _names(ctx, component)
-    found = [i for family in (traces, events) for i in family.collect(ctx.con, _window(ctx))
+    found = [i for family in (traces, events) for i in family.collect(ctx.con, ctx.window)
              if i.component in names or component in i.text]
     return _items(found, f"no traced calls of {flat(component, 60)} changed", names)
 

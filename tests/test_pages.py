@@ -43,6 +43,7 @@ def test_every_case_page_loads_in_a_browser_with_its_pictures_and_no_console_mes
         images = text.count("<img ")
         assert images >= 1 and f'data-images="{images}"' in loaded.stdout and "<svg" in text, uuid
         assert ":CONSOLE" not in loaded.stderr, loaded.stderr[-500:]
+    assert any("Where users met it" in page.read_text() for page in pages.values())  # the entry's status codes
     shot = tmp_path / "case.png"
     browse(next(iter(pages.values())), "--hide-scrollbars", "--window-size=1200,2400", f"--screenshot={shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
@@ -102,13 +103,16 @@ def test_the_judge_report_links_each_case_to_its_page(replay, replay_store, tmp_
     assert list((tmp_path / "report" / "day-pages").glob("case-*.html"))
 
 
-def test_the_judge_checks_that_the_fault_s_path_each_trace_walks_holds_in_the_store(replay, replay_store, tmp_path):
+def test_the_judge_checks_that_the_fault_s_path_and_the_facts_of_each_answer_hold_in_the_store(replay, replay_store, tmp_path):
     answers, forged = tmp_path / "a.jsonl", tmp_path / "forged.jsonl"
     run_batch(replay_store[0], load_questions(replay / "input.json"), answers, None)
     rows = [json.loads(line) for line in answers.read_text().splitlines()]
     row = next(r for r in rows if walked(r))
-    assert row["reasoning_trace"][0]["action"].startswith("TraceAnalysis(frontend -> ")
-    row["reasoning_trace"][0]["action"] = "TraceAnalysis(tidb-tikv -> frontend)"  # upside down, off the graph
+    walk = next(s for s in row["reasoning_trace"] if s["action"].startswith("TraceAnalysis("))
+    assert walk["action"].startswith("TraceAnalysis(frontend -> ")
+    walk["action"] = "TraceAnalysis(tidb-tikv -> frontend)"  # upside down, off the graph
+    other = next(r for r in rows if r is not row)
+    other["reasoning_trace"][-1]["observation"] += " pod_cpu_usage 0.2 -> 31337"  # a number nothing gave
     forged.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = CliRunner().invoke(cli, ["judge", "--truth", str(replay / "groundtruth.jsonl"), "--answers", str(answers),
                                       "--answers", str(forged), "--json", "--report", str(tmp_path / "report"),
@@ -118,4 +122,6 @@ def test_the_judge_checks_that_the_fault_s_path_each_trace_walks_holds_in_the_st
     honest, bent = judged[str(answers)]["grounding"], judged[str(forged)]["grounding"]
     assert honest["walked"] == bent["walked"] >= 3 and honest["grounded"] == 1.0
     assert "no call or placement links tidb-tikv to frontend" in bent["not_grounded"][row["uuid"]]
+    assert honest["held"] == 1.0 and honest["unfounded"] == {}  # every quote logged, every number the evidence's
+    assert list(bent["unfounded"]) == [other["uuid"]] and "31337" in bent["unfounded"][other["uuid"]]
     assert "Grounded: 1.0 of the" in (tmp_path / "report" / "report.html").read_text()

@@ -358,3 +358,30 @@ def test_no_check_of_a_caller_finds_gone_the_missing_calls_the_ranking_derived_f
     chat = ScriptedChat(answer("2a", "pod failure"), answer("2a", "pod failure"))
     out = agent.diagnose(chat, con, Question("case", START, END, ""), max_tools=0)
     assert "1a" in chat.asked[0][1]["properties"]["option"]["enum"] and out.answer["component"] == "checkout"
+
+
+def test_the_model_s_words_that_state_what_the_store_does_not_hold_are_left_out(db, questions):
+    out = run(db, questions, ScriptedChat(answer(reason="rss_kilobytes_total hit 9731")))
+    assert "9731" not in out.answer["reason"] and out.transcript["status"] == "answered"
+    assert out.transcript["unfounded"] == [{"action": "reason", "unfounded": ["rss_kilobytes_total", "9731"]}]
+    kept = run(db, questions, ScriptedChat(answer(reason="pod_processes fell")))  # a series the store has
+    assert kept.answer["reason"].endswith(" Pod_processes fell.") and kept.transcript["unfounded"] == []
+
+
+def test_a_step_that_quotes_a_line_nobody_logged_is_dropped(db, questions):
+    from reasoner.facts import held, known
+
+    con, q = connect(db), questions[CASE]
+    d = build_digest(con, q)
+    said = known(con, Context(con, q).window, d)
+    line = con.execute("select message from log_lines where ts between ? and ? and level = 'ERROR' limit 1",
+                       [q.start, q.end]).fetchone()[0]
+    words = " ".join(re.findall(r"[A-Za-z]{4,}", line)[:4])
+    trace = [{"step": 1, "action": "LogSearch(frontend)", "observation": f"frontend logs '{words}'"},
+             {"step": 2, "action": "LogSearch(cartservice)", "observation": "cartservice logs 'disk quota exceeded'"},
+             {"step": 3, "action": "MetricAnalysis(cartservice)", "observation": "cpu 0.2 -> 31337"}]
+    kept, dropped = held({"reasoning_trace": trace}, said)
+    assert [s["action"] for s in kept["reasoning_trace"]] == ["LogSearch(frontend)"]  # a line's words, as logged
+    assert kept["reasoning_trace"][0]["step"] == 1
+    assert dropped == [{"action": "LogSearch(cartservice)", "unfounded": ["disk quota exceeded"]},
+                       {"action": "MetricAnalysis(cartservice)", "unfounded": ["31337"]}]
