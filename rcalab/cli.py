@@ -2,96 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
-import tempfile
-import traceback
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from rcalab.bench import BENCHES, cell
 from rcalab.errors import RcalabError, check_output, shown
-from rcalab.tasks import local_cluster
-
-console = Console(stderr=True)
-
-
-class _Shown(logging.Formatter):
-    """A warning names a dump's file: shown, never obeyed, as every other console line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return shown(super().format(record))
-
-
-logging.lastResort.setFormatter(_Shown())  # warnings reach stderr through it where no handler is set
-
-
-def echo(text: str, err: bool = False) -> None:
-    """A line for the terminal: dump text in it is shown, never obeyed."""
-    click.echo(shown(text), err=err)
-
-
-def show(table: Table) -> None:
-    """A table on stdout whose names and headers wrap, whole, where the terminal is narrow (never cut with …)."""
-    for column in table.columns:
-        column.overflow = "fold"
-    Console().print(table)
-
-
-def failure(message: str, exit_code: int = 1) -> click.ClickException:
-    error = click.ClickException(shown(message))
-    error.exit_code = exit_code
-    return error
-
-
-def reports_errors(command):
-    """Turn rcalab's own errors into one line on stderr and their exit status; a file system or store that cannot
-    be written says so, a store that fails a read is damaged; anything else is a bug: one line naming the file
-    that holds its traceback, to report with."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        import duckdb
-
-        try:
-            return command(*args, **kwargs)
-        except RcalabError as e:
-            raise failure(str(e), e.exit_code) from None
-        except (KeyboardInterrupt, duckdb.InterruptException):  # DuckDB turns a Ctrl-C inside a query into the latter
-            echo("Interrupted: what was done is kept (each file and each answer is whole); "
-                 "run the same command again to go on.", err=True)
-            raise SystemExit(130) from None
-        except OSError as e:  # the file system refused: full, read-only, not allowed
-            raise failure(f"{e.filename or 'an output'}: {e.strerror or e}; what was done before is kept; "
-                          "run the same command again once that is mended") from None
-        except duckdb.Error as e:
-            from etl.store import unwritable
-
-            first = str(e).splitlines()[0]
-            if unwritable(e):
-                raise failure(f"the store cannot be written ({first}); what was committed before is kept; run the "
-                              "same command again once that is mended") from None
-            if isinstance(e, (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException)):
-                raise failure(f"a store is damaged: {first}; rebuild it with 'rcalab etl DUMP --db NEW'") from None
-            raise bug(e) from None
-        except Exception as e:
-            raise bug(e) from None
-
-    return wrapper
-
-
-def bug(e: Exception) -> click.ClickException:
-    """A bug: the user gets one line and the file that holds the traceback."""
-    with tempfile.NamedTemporaryFile("w", prefix="rcalab-error-", suffix=".txt", delete=False) as f:
-        traceback.print_exc(file=f)
-    return failure(f"unexpected error ({type(e).__name__}: {str(e)[:200]}); please report it with {f.name}")
-
+from rcalab.tasks import cluster
+from rcalab.terminal import console, echo, incidents_table, judged_lines, judged_table, reports_errors, show, working
 
 @click.group()
 @click.version_option()
@@ -126,32 +47,11 @@ def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
 
     Example: rcalab simulate out --schedule groundtruth-phaseone.jsonl --limit 5 --scale 0.01
     """
-    from testbed.schedule import load_schedule, random_cases
-    from testbed.simulate import case_days, simulate as run
-    from testbed.system import load
-    from testbed.topology import Topology
+    from testbed.simulate import simulate_system
 
-    if (schedule is None) == (cases is None):
-        raise RcalabError("give either --schedule FILE or --cases N")
-    system = load(system_)
-    fmt = fmt or system.layout
-    if fmt == "challenge2025" and system.layout != "challenge2025":
-        raise RcalabError(f"the challenge's layout holds HipsterShop's dumps; write {system.name} with --format otlp")
-    topo = Topology.build(seed, system)
-    todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
-    steps = 25 * len(case_days(todo))
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
-            (tempfile.TemporaryDirectory() if fmt == "otlp" else nullcontext()) as tmp:
-        task = bar.add_task("simulating", total=steps)
-        parquet = Path(tmp) / "dump" if tmp else out
-        summary = run(parquet, todo, topo, scale=scale, seed=seed,
-                      progress=lambda what: bar.update(task, advance=1, description=what))
-        if fmt == "otlp":
-            from testbed.otlp import write_otlp
-
-            bar.update(task, description="writing OTLP")
-            summary.files = write_otlp(parquet, out)
-            summary.bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    with working("simulating") as update:
+        system, todo, summary = simulate_system(out, system_, schedule=schedule, cases=cases, limit=limit,
+                                                scale=scale, seed=seed, fmt=fmt, progress=update)
     echo(f"wrote {len(todo)} cases of {system.name} over {len(summary.days)} day(s) ({', '.join(summary.days)}) to "
          f"{out}: {summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
          f"{summary.log_lines:,} log lines")
@@ -207,37 +107,6 @@ def bench(what, out, scale, nezha, sample, schedule, real, random, systems):
     for table in tables:
         show(table)
     echo(f"saved {out / f'{what}.json'}")
-
-
-@contextmanager
-def cluster(workers: int | None, scheduler: str | None):
-    """A Dask client: of a running cluster (`scheduler`), or of a local one of `workers` processes; None (work in
-    this process) when neither is given."""
-    if not (workers or scheduler):
-        yield None
-        return
-    try:
-        from distributed import Client
-    except ImportError:
-        raise RcalabError("a cluster needs Dask's distributed: pip install 'rcalab[cluster]'") from None
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout="30s")
-        except (OSError, TimeoutError) as e:
-            raise RcalabError(f"no Dask scheduler answers at {scheduler} ({e})") from None
-        with client:
-            yield client
-        return
-    with local_cluster(workers) as local, Client(local, timeout="30s") as client:
-        yield client
-
-
-@contextmanager
-def working(description: str):
-    """A spinner on stderr while long work runs; yields a function that updates its description."""
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task(description, total=None)
-        yield lambda what: bar.update(task, description=cell(what))
 
 
 @cli.command()
@@ -433,22 +302,7 @@ def detect(db, day, from_, to, out, given, workers, scheduler):
         with cluster(workers, scheduler) as client:
             found = incidents(scan_on(client, db.resolve(), lo, hi, progress=progress) if client else
                               scan(con, lo, hi, progress=progress))
-    known_cases = load_questions(given) if given else []
-
-    def overlapping(start, end):
-        return [q for q in known_cases if q.start <= end and start <= q.end]
-
-    table = Table(title=f"incidents {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC")
-    for column in ("window", "asks", "score", "confidence", "components") + (("given",) if given else ()):
-        table.add_column(column)
-    for i in found:
-        table.add_row(f"{i.start:%m-%d %H:%M}-{i.end:%H:%M}", f"{i.peak.start:%H:%M}-{i.peak.end:%H:%M}", f"{i.score:.2f}", f"{i.confidence:.2f}",
-                      cell(", ".join(i.components[:3])),
-                      *([cell(", ".join(q.uuid for q in overlapping(i.start, i.end)) or "none")] if given else []))
-    for q in known_cases:
-        if lo <= q.end and q.start <= hi and not any(i.start <= q.end and q.start <= i.end for i in found):
-            table.add_row(f"{q.start:%m-%d %H:%M}-{q.end:%H:%M}", "-", "-", "-", "missed", cell(q.uuid))
-    show(table)
+    show(incidents_table(found, load_questions(given) if given else [], lo, hi))
     if out:
         check_output(out, db, b"[", "a questions file (a JSON list)")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -586,7 +440,7 @@ def judge(truth, answers, rules, report, as_json, db, input_):
 
     Example: rcalab judge --truth gt.jsonl --answers a.jsonl --report report --db store.duckdb --input input.json
     """
-    from judge.report import evaluate, write_report
+    from judge.report import evaluate, pages_and_notebooks, write_report
 
     if db and not (report and input_):
         raise click.UsageError("--db writes case pages: give --report and --input too")
@@ -605,36 +459,10 @@ def judge(truth, answers, rules, report, as_json, db, input_):
                 for k, v in results.items()}
         echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
     else:
-        table = Table(title=f"rcalab judge (rules: {rules})")  # a column per answers file: names stay whole
-        table.add_column("measure")
-        for name in results:
-            table.add_column(cell(name), justify="right")
-        for k in ("final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"):
-            table.add_row(k, *[str(r["summary"][k]) for r in results.values()])
-        if db:
-            table.add_row("grounded", *[f"{r['grounding']['grounded']} of {r['grounding']['walked']}"
-                                        for r in results.values()])
-        show(table)
-        for name, r in results.items():
-            t = r["transcripts"]
-            if t:
-                echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in t.items() if k != "nezha_paper"))
-                if "nezha_paper" in t:
-                    paper = t["nezha_paper"]
-                    echo(f"  beside the Nezha paper on {paper['system']}: AS@1 {paper['AS@1']:.2%}, "
-                               f"AS@3 {paper['AS@3']:.2%}")
-            for p in r["problems"][:20]:
-                echo(f"  {p}", err=True)
+        show(judged_table(results, rules, bool(db)))
+        for line, err in judged_lines(results):
+            echo(line, err=err)
     if report:
-        pages, notebooks = {}, {}
-        if db:
-            from judge.notebooks import render_notebooks
-            from judge.pages import write_pages
-
-            with working("writing case pages"):
-                for k, path in enumerate(answers, 1):
-                    pages[str(path)] = {u: p.relative_to(report).as_posix() for u, p in
-                                        write_pages(db, questions, path, report / f"cases-{k}").items()}
-            with working("running the notebooks on the store"):
-                notebooks = render_notebooks(db, input_, report)
-        echo(f"report: {write_report(report, results, pages, notebooks)}")
+        path = write_report(report, results, *(pages_and_notebooks(report, answers, db, questions, input_, working)
+                                               if db else ({}, {})))
+        echo(f"report: {path}")

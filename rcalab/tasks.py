@@ -4,6 +4,7 @@ again by the scheduler on another; every wait for one is bounded."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from rcalab.errors import RcalabError
@@ -56,3 +57,26 @@ def run_tasks(fn: Callable[[T], R], items: Iterable[T], client=None, timeout: fl
     finally:
         for future in futures:
             future.cancel()
+
+
+@contextmanager
+def cluster(workers: int | None, scheduler: str | None):
+    """A Dask client: of a running cluster (`scheduler`), or of a local one of `workers` processes; None (work in
+    this process) when neither is given."""
+    if not (workers or scheduler):
+        yield None
+        return
+    try:
+        from distributed import Client
+    except ImportError:
+        raise RcalabError("a cluster needs Dask's distributed: pip install 'rcalab[cluster]'") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="30s")
+        except (OSError, TimeoutError) as e:
+            raise RcalabError(f"no Dask scheduler answers at {scheduler} ({e})") from None
+        with client:
+            yield client
+        return
+    with local_cluster(workers) as local, Client(local, timeout="30s") as client:
+        yield client

@@ -1,9 +1,10 @@
-"""Write a labelled dump in the challenge layout: day folders, ground truth and questions."""
+"""Write a labelled dump of a described system, in its layout or as OTLP: day folders, ground truth and questions."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -12,12 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rcalab.errors import OutputError
+from rcalab.errors import OutputError, RcalabError
 
 from .logs import hour_logs
 from .metrics import apm_tables, infra_tables
 from .noise import add_noise
-from .schedule import Case, write_case_files
+from .schedule import Case, load_schedule, random_cases, write_case_files
+from .system import System, load
 from .topology import Topology
 from .traces import simulate_hour
 from .workload import CST, Day, build_day, expected_latency
@@ -62,6 +64,31 @@ def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.0
         summary.days.append(date.isoformat())
     write_case_files(cases, out, seed)
     return summary
+
+
+def simulate_system(out: Path, name_or_path: str, *, schedule: Path | None = None, cases: int | None = None,
+                    limit: int | None = None, scale: float = 0.01, seed: int = 0, fmt: str | None = None,
+                    progress: Callable[[str], None] = lambda what: None) -> tuple[System, list[Case], Summary]:
+    """Simulate a shipped or described system's cases (a schedule's, or `cases` random ones) and write them to
+    `out` in the system's layout, or as OTLP (`fmt`); `progress` hears of each of the 25 steps of a day."""
+    if (schedule is None) == (cases is None):
+        raise RcalabError("give either --schedule FILE or --cases N")
+    system = load(name_or_path)
+    fmt = fmt or system.layout
+    if fmt == "challenge2025" and system.layout != "challenge2025":
+        raise RcalabError(f"the challenge's layout holds HipsterShop's dumps; write {system.name} with --format otlp")
+    topo = Topology.build(seed, system)
+    todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
+    if fmt != "otlp":
+        return system, todo, simulate(out, todo, topo, scale=scale, seed=seed, progress=progress)
+    from .otlp import write_otlp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = simulate(Path(tmp) / "dump", todo, topo, scale=scale, seed=seed, progress=progress)
+        progress("writing OTLP")
+        summary.files = write_otlp(Path(tmp) / "dump", out)
+    summary.bytes = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
+    return system, todo, summary
 
 
 def hash_uuid(uuid: str) -> int:
