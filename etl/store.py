@@ -167,6 +167,14 @@ def unwritable(e: duckdb.Error) -> bool:
     return any(cause in str(e) for cause in ("No space left", "Read-only file system", "Disk quota exceeded"))
 
 
+def tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
+    """Every table of a store: its name, what it holds, its columns with their types."""
+    rows = con.execute("""select table_name, string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position)
+                          from information_schema.columns where table_catalog = current_database()
+                          group by table_name order by table_name""").fetchall()
+    return [(name, DESCRIPTIONS.get(name, ""), columns) for name, columns in rows]
+
+
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) a store and bring its schema up to date. A store cut short (a copy or a disk
     that stopped half way) is refused as damaged before anything reads or writes it; a file of another kind is

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 from rich.progress import Progress
-from rich.table import Table
 
 from rcalab.bench import BENCHES, cell
 from rcalab.errors import RcalabError, check_output, shown
 from rcalab.tasks import cluster
-from rcalab.terminal import console, echo, incidents_table, judged_lines, judged_table, reports_errors, show, working
+from rcalab.terminal import (console, echo, incidents_table, judged_lines, judged_table, loaded_lines, reports_errors,
+                             rows_table, show, working)
 
 @click.group()
 @click.version_option()
@@ -136,16 +136,8 @@ def etl(dump, db, fmt, workers, scheduler):
         task = bar.add_task("loading", total=None)
         report = nightly(dump.resolve(), db.resolve(), fmt, client=client,
                          progress=lambda i, what: bar.update(task, completed=i, description=cell(what)))
-    echo(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), "
-               f"{report.unchanged} unchanged, {report.skipped} skipped, {len(report.failed)} failed, "
-               f"{report.removed} gone from the dump (rows dropped) -> {db}")
-    if report.feature_rows:
-        echo("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()))
-    if report.left_out:
-        echo(f"left out rows no system can produce (NaN, negative or day-long spans, ...) from {len(report.left_out)} "
-             f"files, e.g. {report.left_out[0]}; the manifest says how many of each, file by file", err=True)
-    for path, reason in report.failed:
-        echo(f"failed: {path}: {reason}", err=True)
+    for line, err in loaded_lines(report, db):
+        echo(line, err=err)
     if report.partial:
         raise SystemExit(2)
 
@@ -158,14 +150,10 @@ def schema(db):
 
     Example: rcalab schema --db store.duckdb
     """
-    from etl.store import DESCRIPTIONS, connect
+    from etl.store import connect, tables
 
-    con = connect(db, read_only=True)
-    tables = con.execute("""select table_name, string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position)
-                            from information_schema.columns where table_catalog = current_database()
-                            group by table_name order by table_name""").fetchall()
-    for name, columns in tables:
-        echo(f"{name}: {DESCRIPTIONS.get(name, '')}\n    {columns}")
+    for name, holds, columns in tables(connect(db, read_only=True)):
+        echo(f"{name}: {holds}\n    {columns}")
 
 
 @cli.command()
@@ -201,12 +189,7 @@ def sql(db, query, as_csv):
         writer = csv.writer(sys.stdout)
         writer.writerows([names] + [[shown(v) if isinstance(v, str) else v for v in row] for row in rows])
         return
-    table = Table()
-    for name in names:
-        table.add_column(cell(name))
-    for row in rows:
-        table.add_row(*(cell("" if v is None else v) for v in row))
-    show(table)
+    show(rows_table(names, rows))
 
 
 @cli.command()
@@ -397,12 +380,10 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
             notebooks = render_notebooks(db, input_, pages)
         write_pages(db, questions, out, pages, notebooks)
         echo(f"pages: {pages / 'index.html'}")
-    for uuid, why in report.fallback:
-        echo(f"fallback: {uuid}: {why}", err=True)
-    for uuid, why in report.failed:
-        echo(f"unanswered: {uuid}: {why}", err=True)
-    for uuid, why in report.incomplete:
-        echo(f"incomplete: {uuid}: {why}", err=True)
+    for kind, cases in (("fallback", report.fallback), ("unanswered", report.failed),
+                        ("incomplete", report.incomplete)):
+        for uuid, why in cases:
+            echo(f"{kind}: {uuid}: {why}", err=True)
     if report.failed or report.fallback or report.incomplete:
         raise SystemExit(2)  # a case has no answer, the model failed, or the evidence was incomplete
 

@@ -147,3 +147,28 @@ def judged_lines(results: dict) -> list[tuple[str, bool]]:
                               f"AS@3 {paper['AS@3']:.2%}", False))
         lines += [(f"  {p}", True) for p in r["problems"][:20]]
     return lines
+
+
+def loaded_lines(report, db) -> list[tuple[str, bool]]:
+    """What a night's load did: the files loaded, unchanged, skipped, failed and gone; the features computed; the
+    rows left out and the files that failed, on stderr."""
+    lines = [(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), {report.unchanged} "
+              f"unchanged, {report.skipped} skipped, {len(report.failed)} failed, {report.removed} gone from the dump "
+              f"(rows dropped) -> {db}", False)]
+    if report.feature_rows:
+        lines.append(("features: " + ", ".join(f"{k} {v:,}" for k, v in report.feature_rows.items()), False))
+    if report.left_out:
+        lines.append((f"left out rows no system can produce (NaN, negative or day-long spans, ...) from "
+                      f"{len(report.left_out)} files, e.g. {report.left_out[0]}; the manifest says how many of each, "
+                      "file by file", True))
+    return lines + [(f"failed: {path}: {reason}", True) for path, reason in report.failed]
+
+
+def rows_table(names: list[str], rows: list[tuple]) -> Table:
+    """A query's rows under its column names."""
+    table = Table()
+    for name in names:
+        table.add_column(cell(name))
+    for row in rows:
+        table.add_row(*(cell("" if v is None else v) for v in row))
+    return table
