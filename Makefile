@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO ?= demo
 
-.PHONY: setup browser test demo notebook bench clean
+.PHONY: setup browser test demo notebook bench docs docs-pages clean
 
 setup: $(VENV)/.installed
 
@@ -41,9 +41,19 @@ bench: setup
 	$(BIN)/rcalab bench testbed --out bench/results
 	$(BIN)/rcalab bench etl --out bench/results
 	$(BIN)/rcalab bench scale --out bench/results
+	$(BIN)/rcalab bench store --out bench/results
 	$(BIN)/rcalab bench rank --out bench/results
 	$(BIN)/rcalab bench detect --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results
 
+# The reference pages generated from the code (docs/cli.md, docs/store.md); a test fails when they are stale.
+docs-pages: setup
+	$(BIN)/cog -r docs/cli.md docs/store.md
+
+# The docs as a site (site/), with MkDocs.
+docs: setup
+	$(BIN)/pip install --quiet -e '.[docs]'
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(DEMO) bench/results
+	rm -rf $(VENV) $(DEMO) bench/results site

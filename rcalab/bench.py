@@ -4,15 +4,20 @@ days), the library functions that measure them, and the tables that show their r
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from rcalab.errors import shown
 
 BENCHES = ("testbed", "etl", "scale", "store", "rank", "diagnose", "detect")
+PAGE = Path("docs/benchmarks.md")  # each bench rewrites its own section
 
 
 @dataclass
@@ -34,8 +39,17 @@ def cell(text) -> str:
 
 
 def measure(what: str, settings: Settings, progress=lambda what: None) -> tuple[dict, list[Table]]:
-    """Run one benchmark; its results (saved as JSON) and their tables."""
+    """Run one benchmark; its results and their tables."""
     return MEASURES[what](settings, progress)
+
+
+def run(what: str, settings: Settings, page: Path = PAGE, progress=lambda what: None) -> list[Table]:
+    """Run one benchmark, save its results as OUT/WHAT.json and its tables in its section of `page`."""
+    result, tables = measure(what, settings, progress)
+    settings.out.mkdir(parents=True, exist_ok=True)
+    (settings.out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_page(what, result, tables, "rcalab " + " ".join(sys.argv[1:]), page)
+    return tables
 
 
 def _replays(settings: Settings, per_type: int, limit: int | None = None, prefix: str = "random") -> dict:
@@ -265,3 +279,57 @@ def fidelity_table(result: dict) -> Table:
                       str(r["real cases"]), str(r["simulated cases"]),
                       cell("; ".join(f"{p}: {d}" for p, d in r["differ"].items()) or "none"))
     return table
+
+
+
+def markdown(table: Table) -> str:
+    """A rich table as a Markdown table under its title, its caption below (markup dropped, text kept)."""
+    plain = [[Text.from_markup(str(c)).plain.replace("|", "\\|") for c in column.cells] for column in table.columns]
+    rows = [" | ".join(row) for row in zip(*plain)]
+    head = " | ".join(Text.from_markup(str(c.header)).plain for c in table.columns)
+    align = " | ".join("---:" if c.justify == "right" else "---" for c in table.columns)
+    lines = [f"### {Text.from_markup(str(table.title or '')).plain}", "", f"| {head} |", f"| {align} |",
+             *(f"| {r} |" for r in rows)]
+    if table.caption:
+        lines += ["", Text.from_markup(str(table.caption)).plain]
+    return "\n".join(lines) + "\n"
+
+
+def rank_plot(result: dict, path: Path) -> None:
+    """Top-1 per fault type of every set, as bars: where a set's misses are."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [(f"{name}: {fault}", t["top1"]) for name, r in result.items() for fault, t in r["per_type"].items()]
+    fig, ax = plt.subplots(figsize=(8, 0.22 * len(bars) + 1))
+    ax.barh([b for b, _ in bars][::-1], [v for _, v in bars][::-1], color="tab:blue")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("top-1 (the cause ranked first)")
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_page(what: str, result: dict, tables: list[Table], command: str, page: Path = PAGE) -> None:
+    """Rewrite this bench's section of the benchmarks page (the others stay as they are): its tables, the plot
+    where one says more, and the command and day that measured them."""
+    import datetime as dt
+
+    begin, end = f"<!-- bench {what} -->", f"<!-- /bench {what} -->"
+    text = page.read_text() if page.is_file() else "# Benchmarks\n"
+    body = [f"## {what}", "", f"Measured {dt.date.today():%Y-%m-%d} with `{command}` on a machine of "
+            f"{os.cpu_count()} cores.", ""]
+    if what == "rank":
+        rank_plot(result, page.parent / "bench" / "rank.png")
+        body += ["![top-1 per fault type](bench/rank.png)", ""]
+    section = "\n".join([begin, *body, *(markdown(t) for t in tables), end])
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)

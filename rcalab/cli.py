@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.progress import Progress
 
-from rcalab.bench import BENCHES, cell
+from rcalab.bench import BENCHES, PAGE, cell
 from rcalab.errors import RcalabError, check_output, shown
 from rcalab.tasks import cluster
 from rcalab.terminal import (console, echo, incidents_table, judged_lines, judged_table, loaded_lines, reports_errors,
@@ -34,7 +34,7 @@ def cli():
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
 @click.option("--system", "system_", default="hipstershop", show_default=True,
               help="The system to simulate: a shipped one by name (hipstershop, trainticket, otel-demo) or a "
-                   "description file (README: Describe your system).")
+                   "description file (docs/formats.md: A system's description).")
 @click.option("--format", "fmt", type=click.Choice(["challenge2025", "otlp"]),
               help="The layout: the 2025 challenge's parquet (HipsterShop's), or OpenTelemetry's OTLP/JSON lines "
                    "as the Collector's file exporter writes them (default: the system's own).")
@@ -62,6 +62,8 @@ def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
 @click.argument("what", type=click.Choice(BENCHES))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("bench/results"),
               show_default=True, help="Folder for the JSON results.")
+@click.option("--page", type=click.Path(path_type=Path, dir_okay=False), default=PAGE, show_default=True,
+              help="The benchmarks page whose section of WHAT the tables rewrite.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="Volume of simulated traces and logs (default: 1.0, a real day; scale: 0.25; rank, diagnose: 0.1; "
                    "detect: 0.05; store: 0.01).")
@@ -84,8 +86,8 @@ def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
               help="testbed, rank, diagnose, detect: the systems to simulate (a shipped name or a description file; "
                    "default: every shipped system).")
 @reports_errors
-def bench(what, out, scale, nezha, sample, schedule, real, random, systems):
-    """Measure a stage; print its tables and save them as OUT/WHAT.json.
+def bench(what, out, page, scale, nezha, sample, schedule, real, random, systems):
+    """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.
 
     testbed times one simulated day and checks the fault signatures of each system's random schedule at scales
     0.005 and 0.05; etl times one simulated day's load beside the floor; scale the nightly job on four days in one
@@ -96,17 +98,15 @@ def bench(what, out, scale, nezha, sample, schedule, real, random, systems):
 
     Example: rcalab bench rank --system trainticket --random 10 --scale 0.1
     """
-    from rcalab.bench import Settings, measure
+    from rcalab.bench import Settings, run
     from testbed.system import shipped_names
 
     settings = Settings(out, scale, nezha, sample, schedule, list(real), random, list(systems) or shipped_names())
     with working(what) as update:
-        result, tables = measure(what, settings, update)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{what}.json").write_text(json.dumps(result, indent=2) + "\n")
+        tables = run(what, settings, page, update)
     for table in tables:
         show(table)
-    echo(f"saved {out / f'{what}.json'}")
+    echo(f"saved {out / f'{what}.json'} and {page}")
 
 
 @cli.command()
@@ -199,7 +199,7 @@ def sql(db, query, as_csv):
 def describe(db, name):
     """Write a first description of the system a store's telemetry shows (YAML, for `simulate --system`): its
     services, their operations, the calls and log lines of each. Add what traces cannot tell: languages, the
-    datastores they do not show, the faults that apply (docs/systems.md).
+    datastores they do not show, the faults that apply (docs/formats.md).
 
     Example: rcalab describe --db store.duckdb --name myshop > myshop.yaml
     """

@@ -20,7 +20,7 @@ from rcalab.errors import DescriptionError
 # What a component's language writes its log lines as, where the description names no `log_style`.
 LOG_STYLES = {"go": "go-json", "java": "log4j-json", "python": "python-json", "node": "pino", "javascript": "pino",
               "typescript": "pino"}
-# How faults move a datastore's own metrics (README, "Describe your system").
+# How faults move a datastore's own metrics (docs/formats.md, "A system's description").
 ROLES = {"stops", "uptime", "io", "wait", "pending", "stall", "memory", "cpu", "throughput", "latency",
          "tail_latency", "failures", "slow", "regions", "watched_up", "watched_down", "watched_abnormal", "lag",
          "messages"}

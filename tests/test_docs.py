@@ -1,0 +1,49 @@
+"""Docs that cannot drift: the command and store references are what the code says (cog), a bench rewrites its own
+section of the benchmarks page, and the README stays short with links that lead somewhere."""
+
+import re
+from pathlib import Path
+
+from cogapp import Cog
+from rich.table import Table
+
+from rcalab.bench import write_page
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = [ROOT / "docs" / "cli.md", ROOT / "docs" / "store.md"]
+
+
+def cog_check(*pages: Path) -> int:
+    return Cog().main(["cog", "--check", *map(str, pages)])
+
+
+def test_the_command_and_store_references_are_what_the_code_says():
+    assert cog_check(*GENERATED) == 0, "stale: run 'make docs-pages'"
+
+
+def test_a_changed_help_makes_the_command_reference_stale(tmp_path):
+    page = tmp_path / "cli.md"
+    page.write_text(GENERATED[0].read_text().replace("Show this message and exit.", "Show this and exit.", 1))
+    assert cog_check(page) != 0
+
+
+def test_a_bench_rewrites_its_own_section_of_the_benchmarks_page_and_no_other(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nBy hand.\n\n<!-- bench etl -->\nold etl\n<!-- /bench etl -->\n")
+    table = Table(title="rcalab bench store")
+    table.add_column("measure")
+    table.add_column("day 30", justify="right")
+    table.add_row("[bold]digest s[/]", "2.0")
+    write_page("store", {}, [table], "rcalab bench store", page)
+    write_page("store", {}, [table], "rcalab bench store --scale 0.01", page)
+    text = page.read_text()
+    assert "By hand." in text and "old etl" in text and text.count("<!-- bench store -->") == 1
+    assert "| digest s | 2.0 |" in text and "`rcalab bench store --scale 0.01`" in text and "[bold]" not in text
+
+
+def test_the_readme_is_short_and_its_links_lead_to_pages_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        if not link.startswith("http"):
+            assert (ROOT / link).exists(), link
