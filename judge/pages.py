@@ -11,6 +11,7 @@ import datetime as dt
 import html
 import io
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 from etl import store
@@ -316,3 +317,19 @@ def write_pages(db: Path, questions: list[Question], answers: Path, folder: Path
                                        "<table><tr><th>case</th>"
                                        f"<th>answer</th><th>reason</th></tr>{index}</table>")
     return pages
+
+
+def pages_and_notebooks(folder: Path, answers: list[Path], db: Path, questions: list, input_: Path,
+                        working=lambda what: nullcontext()) -> tuple[dict, dict]:
+    """A page per case of each answers file (in `folder`/cases-K) and the notebooks run on the store, for the
+    report to link."""
+    from .notebooks import render_notebooks
+
+    pages = {}
+    with working("writing case pages"):
+        for k, path in enumerate(answers, 1):
+            pages[str(path)] = {u: p.relative_to(folder).as_posix() for u, p in
+                                write_pages(db, questions, path, folder / f"cases-{k}").items()}
+    with working("running the notebooks on the store"):
+        notebooks = render_notebooks(db, input_, folder)
+    return pages, notebooks

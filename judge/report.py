@@ -7,7 +7,6 @@ import html
 import io
 import json
 from collections import defaultdict
-from contextlib import nullcontext
 from pathlib import Path
 
 from features.graph import service_of
@@ -206,20 +205,3 @@ def evaluate(truth: Path, answers: Path, rules: str = "official") -> dict:
         figures["nezha_paper"] = NEZHA_PAPER[system]
     return {"summary": s.summary(), "breakdown": breakdown(s), "misses": misses(s), "problems": s.problems,
             "transcripts": figures}
-
-
-def pages_and_notebooks(folder: Path, answers: list[Path], db: Path, questions: list, input_: Path,
-                        working=lambda what: nullcontext()) -> tuple[dict, dict]:
-    """A page per case of each answers file (in `folder`/cases-K) and the notebooks run on the store, for the
-    report to link."""
-    from .notebooks import render_notebooks
-    from .pages import write_pages
-
-    pages = {}
-    with working("writing case pages"):
-        for k, path in enumerate(answers, 1):
-            pages[str(path)] = {u: p.relative_to(folder).as_posix() for u, p in
-                                write_pages(db, questions, path, folder / f"cases-{k}").items()}
-    with working("running the notebooks on the store"):
-        notebooks = render_notebooks(db, input_, folder)
-    return pages, notebooks

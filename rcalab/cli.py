@@ -421,7 +421,8 @@ def judge(truth, answers, rules, report, as_json, db, input_):
 
     Example: rcalab judge --truth gt.jsonl --answers a.jsonl --report report --db store.duckdb --input input.json
     """
-    from judge.report import evaluate, pages_and_notebooks, write_report
+    from judge.pages import pages_and_notebooks
+    from judge.report import evaluate, write_report
 
     if db and not (report and input_):
         raise click.UsageError("--db writes case pages: give --report and --input too")
@@ -435,8 +436,7 @@ def judge(truth, answers, rules, report, as_json, db, input_):
             for path in answers:
                 results[str(path)]["grounding"] = grounding(db, questions, path)
     if as_json:
-        flat = {k: {**v["summary"], "transcripts": v["transcripts"], **({"grounding": v["grounding"]}
-                                                                        if "grounding" in v else {})}
+        flat = {k: {**v["summary"], "transcripts": v["transcripts"], **{g: v[g] for g in ("grounding",) if g in v}}
                 for k, v in results.items()}
         echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
     else:
