@@ -32,6 +32,7 @@ def cli():
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True, max=10), default=0.01, show_default=True,
               help="Volume of traces and logs; 1.0 is a real day (millions of spans).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
+@click.option("--hours", type=click.IntRange(1, 24), help="Write only this many hours of a day, ending with its last case's.")
 @click.option("--system", "system_", default="hipstershop", show_default=True,
               help="The system to simulate: a shipped one by name (hipstershop, trainticket, otel-demo) or a "
                    "description file (docs/formats.md: A system's description).")
@@ -39,7 +40,7 @@ def cli():
               help="The layout: the 2025 challenge's parquet (HipsterShop's), or OpenTelemetry's OTLP/JSON lines "
                    "as the Collector's file exporter writes them (default: the system's own).")
 @reports_errors
-def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
+def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt):
     """Write a simulated system's dump with labelled faults: HipsterShop in the 2025 challenge layout by default,
     any system described in a file, in its layout or as OTLP.
 
@@ -50,8 +51,8 @@ def simulate(out, schedule, cases, limit, scale, seed, system_, fmt):
     from testbed.simulate import simulate_system
 
     with working("simulating") as update:
-        system, todo, summary = simulate_system(out, system_, schedule=schedule, cases=cases, limit=limit,
-                                                scale=scale, seed=seed, fmt=fmt, progress=update)
+        system, todo, summary = simulate_system(out, system_, schedule=schedule, cases=cases, limit=limit, scale=scale,
+                                                seed=seed, fmt=fmt, hours=hours, progress=update)
     echo(f"wrote {len(todo)} cases of {system.name} over {len(summary.days)} day(s) ({', '.join(summary.days)}) to "
          f"{out}: {summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
          f"{summary.log_lines:,} log lines")
@@ -131,11 +132,8 @@ def etl(dump, db, fmt, workers, scheduler):
     """
     from features.refresh import nightly
 
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar, \
-            cluster(workers, scheduler) as client:
-        task = bar.add_task("loading", total=None)
-        report = nightly(dump.resolve(), db.resolve(), fmt, client=client,
-                         progress=lambda i, what: bar.update(task, completed=i, description=cell(what)))
+    with working("loading") as update, cluster(workers, scheduler) as client:
+        report = nightly(dump.resolve(), db.resolve(), fmt, client=client, progress=lambda i, what: update(what))
     for line, err in loaded_lines(report, db):
         echo(line, err=err)
     if report.partial:

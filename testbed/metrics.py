@@ -14,8 +14,9 @@ RETRIES = 0.3  # tries a refusing pod gets, per call it would have served (recon
 
 
 def _times(day: Day) -> pa.Array:
+    """The minutes the day's files hold."""
     start = np.datetime64(day.start_utc.replace(tzinfo=None), "ns")
-    return pa.array(start + np.arange(MINUTES) * np.timedelta64(60, "s"), pa.timestamp("ns", tz="UTC"))
+    return pa.array(start + np.arange(MINUTES)[day.written] * np.timedelta64(60, "s"), pa.timestamp("ns", tz="UTC"))
 
 
 def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random.Generator) -> dict[str, pa.Table]:
@@ -58,14 +59,14 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
             row["rrt_max"] = np.where(request > 0, np.maximum(row["rrt"] * rng.uniform(3, 6, MINUTES),
                                                               slowest[:, i] * 1000 * rng.uniform(1.2, 1.6, MINUTES)), 0.0)
             by_service[service].append(row)
-            out[pod] = _apm_table(times, pod, "pod", row)
+            out[pod] = _apm_table(times, pod, "pod", {k: v[day.written] for k, v in row.items()})
     for service, rows in by_service.items():
         total = {k: sum(r[k] for r in rows) for k in APM_COUNTS}
         weights = np.array([r["request"] for r in rows], float)
         rrt = np.array([r["rrt"] for r in rows])
         total["rrt"] = np.where(weights.sum(0) > 0, (rrt * weights).sum(0) / np.maximum(weights.sum(0), 1), 0.0)
         total["rrt_max"] = np.max([r["rrt_max"] for r in rows], axis=0)
-        out[service] = _apm_table(times, service, "service", total)
+        out[service] = _apm_table(times, service, "service", {k: v[day.written] for k, v in total.items()})
     return out
 
 
@@ -73,8 +74,8 @@ def _apm_table(times: pa.Array, object_id: str, object_type: str, row: dict) -> 
     request = np.maximum(row["request"], 1)
     cols = {
         "time": times,
-        "object_id": pa.array(np.full(MINUTES, object_id)),
-        "object_type": pa.array(np.full(MINUTES, object_type)),
+        "object_id": pa.array(np.full(len(times), object_id)),
+        "object_type": pa.array(np.full(len(times), object_type)),
         **{k: pa.array(row[k].astype(np.int64)) for k in ("request", "response")},
         "rrt": pa.array(np.round(row["rrt"], 2)),
         "rrt_max": pa.array(np.round(row["rrt_max"], 2)),
@@ -86,7 +87,8 @@ def _apm_table(times: pa.Array, object_id: str, object_type: str, row: dict) -> 
 
 
 def _infra_table(day: Day, kpi: str, values: np.ndarray, labels: list[dict]) -> pa.Table:
-    """Rows for every minute x entity: `values` is (minutes, entities), `labels` one dict per entity."""
+    """Rows for every written minute x entity: `values` is (minutes, entities), `labels` one dict per entity."""
+    values = values[day.written]
     n_ent = values.shape[1]
     cols = {"time": pa.array(np.repeat(_times(day).to_numpy(zero_copy_only=False), n_ent),
                              pa.timestamp("ns", tz="UTC"))}
@@ -94,7 +96,7 @@ def _infra_table(day: Day, kpi: str, values: np.ndarray, labels: list[dict]) -> 
         per_entity = [lab.get(c, "") for lab in labels]
         if c in ("kpi_key", "kpi_name"):
             per_entity = [kpi] * n_ent
-        cols[c] = pa.array(np.tile(per_entity, MINUTES))
+        cols[c] = pa.array(np.tile(per_entity, len(values)))
     cols[kpi] = pa.array(np.round(values.ravel(), 6))
     return pa.table(cols)
 

@@ -22,7 +22,7 @@ from .schedule import Case, load_schedule, random_cases, write_case_files
 from .system import System, load
 from .topology import Topology
 from .traces import simulate_hour
-from .workload import CST, Day, build_day, expected_latency
+from .workload import CST, MINUTES, Day, build_day, expected_latency
 
 
 
@@ -48,8 +48,10 @@ def case_days(cases: list[Case]) -> list[dt.date]:
 
 
 def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.01, seed: int = 0,
-             progress: Callable[[str], None] | None = None) -> Summary:
-    """Simulate every CST day the cases touch and write it under `out`; same seed, same bytes."""
+             progress: Callable[[str], None] | None = None, hours: int | None = None) -> Summary:
+    """Simulate every CST day the cases touch and write it under `out`; same seed, same bytes. With `hours`, a
+    day's files hold only the hours that end with the hour its last case ends in (the same bytes as those hours
+    of the whole day's)."""
     out = Path(out)
     _check_writable(out)
     summary = Summary()
@@ -60,6 +62,9 @@ def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.0
             lo, hi = day.minute_of(case.start), day.minute_of(case.end + dt.timedelta(seconds=59))
             if hi > lo:
                 case.fault.apply(day, case.target, slice(lo, hi), np.random.default_rng([seed, hash_uuid(case.uuid)]))
+        if hours:
+            last = max((day.minute_of(c.end) for c in cases if day.minute_of(c.end) > 0), default=MINUTES) // 60 + 1
+            day.written = slice(max(0, last - hours) * 60, min(last, 24) * 60)
         _write_day(day, out / date.isoformat(), scale, seed, summary, progress)
         summary.days.append(date.isoformat())
     write_case_files(cases, out, seed)
@@ -68,7 +73,8 @@ def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.0
 
 def simulate_system(out: Path, name_or_path: str, *, schedule: Path | None = None, cases: int | None = None,
                     limit: int | None = None, scale: float = 0.01, seed: int = 0, fmt: str | None = None,
-                    progress: Callable[[str], None] = lambda what: None) -> tuple[System, list[Case], Summary]:
+                    hours: int | None = None, progress: Callable[[str], None] = lambda what: None
+                    ) -> tuple[System, list[Case], Summary]:
     """Simulate a shipped or described system's cases (a schedule's, or `cases` random ones) and write them to
     `out` in the system's layout, or as OTLP (`fmt`); `progress` hears of each of the 25 steps of a day."""
     if (schedule is None) == (cases is None):
@@ -80,11 +86,11 @@ def simulate_system(out: Path, name_or_path: str, *, schedule: Path | None = Non
     topo = Topology.build(seed, system)
     todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
     if fmt != "otlp":
-        return system, todo, simulate(out, todo, topo, scale=scale, seed=seed, progress=progress)
+        return system, todo, simulate(out, todo, topo, scale=scale, seed=seed, progress=progress, hours=hours)
     from .otlp import write_otlp
 
     with tempfile.TemporaryDirectory() as tmp:
-        summary = simulate(Path(tmp) / "dump", todo, topo, scale=scale, seed=seed, progress=progress)
+        summary = simulate(Path(tmp) / "dump", todo, topo, scale=scale, seed=seed, progress=progress, hours=hours)
         progress("writing OTLP")
         summary.files = write_otlp(Path(tmp) / "dump", out)
     summary.bytes = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
@@ -114,7 +120,7 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
         summary.metric_rows += table.num_rows
     if progress:
         progress(f"{date} metrics")
-    for hour in range(24):
+    for hour in range(day.written.start // 60, day.written.stop // 60):
         hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
         traffic = simulate_hour(day, hour, scale, hour_rng)
         logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow()

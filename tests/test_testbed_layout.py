@@ -115,3 +115,25 @@ def test_replay_keeps_the_schedule(replay):
     assert [q["uuid"] for q in questions] == [t["uuid"] for t in truth]
     for q, t in zip(questions, truth):
         assert t["start_time"] in q["Anomaly Description"] and t["end_time"] in q["Anomaly Description"]
+
+
+def test_a_day_cut_to_its_last_hours_holds_those_hours_of_the_whole_day_byte_for_byte(replay, tmp_path):
+    from testbed.schedule import load_schedule
+    from testbed.simulate import simulate
+    from testbed.topology import Topology
+    from testbed.workload import CST
+
+    topo = Topology.build(0)
+    cases = load_schedule(PHASE_ONE, topo, limit=5)
+    simulate(tmp_path, cases, topo, scale=0.005, seed=0, hours=2)
+    last = max(c.end for c in cases).astimezone(CST)
+    day = last.date().isoformat()
+    traces = sorted(p.name for p in (tmp_path / day / "trace-parquet").iterdir())
+    assert [int(name[-16:-14]) for name in traces] == [last.hour - 1, last.hour]
+    for name in traces:
+        assert (tmp_path / day / "trace-parquet" / name).read_bytes() == \
+            (replay / day / "trace-parquet" / name).read_bytes()
+    name = sorted(p.name for p in (tmp_path / day / "metric-parquet" / "apm" / "pod").iterdir())[0]
+    cut = pq.read_table(tmp_path / day / "metric-parquet" / "apm" / "pod" / name).to_pylist()
+    whole = pq.read_table(replay / day / "metric-parquet" / "apm" / "pod" / name).to_pylist()
+    assert len(cut) == 120 and cut == [r for r in whole if cut[0]["time"] <= r["time"] <= cut[-1]["time"]]
