@@ -42,6 +42,7 @@ bench: setup
 	$(BIN)/rcalab bench etl --out bench/results
 	$(BIN)/rcalab bench scale --out bench/results
 	$(BIN)/rcalab bench store --out bench/results
+	$(BIN)/rcalab bench wide --out bench/results
 	$(BIN)/rcalab bench rank --out bench/results
 	$(BIN)/rcalab bench detect --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from rcalab.errors import shown
 
-BENCHES = ("testbed", "etl", "scale", "store", "rank", "diagnose", "detect")
+BENCHES = ("testbed", "etl", "scale", "store", "wide", "rank", "diagnose", "detect")
 PAGE = Path("docs/benchmarks.md")  # each bench rewrites its own section
 
 
@@ -143,7 +143,14 @@ def _store(settings: Settings, progress) -> tuple[dict, list[Table]]:
     return result, [store_table(result)]
 
 
-MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "rank": _rank,
+def _wide(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from testbed.bench import wide_run
+
+    result = wide_run(scale=settings.scale or 0.01, progress=progress)
+    return result, [measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods", result)]
+
+
+MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "wide": _wide, "rank": _rank,
             "diagnose": _diagnose, "detect": _detect}
 
 

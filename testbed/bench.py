@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import yaml
 
 from features.bench import REPLAY_SCALE
 from features.refresh import nightly
 
 from .faults import fault_types, get
-from .fidelity import REAL_TYPES, agreement, signatures
+from . import fidelity as fidelity_of
 from .schedule import RANDOM_START, format_time, random_cases
 from .system import load
 from .signatures import check
@@ -85,7 +86,7 @@ def fidelity(real: list[Path], scale: float = 0.05, per_type: int = 8, seed: int
     system = load("trainticket")
     topo = Topology.build(seed, system)
     rng = np.random.default_rng(seed)
-    kinds = [get(kind, system) for kind in REAL_TYPES.values()]
+    kinds = [get(kind, system) for kind in fidelity_of.REAL_TYPES.values()]
     rows = []
     for i in range(per_type * len(kinds)):
         kind = kinds[i % len(kinds)]
@@ -101,13 +102,89 @@ def fidelity(real: list[Path], scale: float = 0.05, per_type: int = 8, seed: int
                         "--schedule", str(tmp / "truth.jsonl"), "--scale", str(scale), "--seed", str(seed)],
                        check=True, stdout=subprocess.DEVNULL)
         nightly(tmp / "dump", tmp / "simulated.duckdb")
-        simulated = signatures(tmp / "simulated.duckdb", tmp / "dump" / "groundtruth.jsonl")
+        simulated = fidelity_of.signatures(tmp / "simulated.duckdb", tmp / "dump" / "groundtruth.jsonl")
         observed: dict = {}
         for path in real:
             if Path(path).is_dir() and "trainticket" in Path(path).name:
                 cases, db = tmp / f"{Path(path).name}-cases", tmp / f"{Path(path).name}.duckdb"
                 write_cases(path, cases)
                 nightly(path, db)
-                for kind, found in signatures(db, cases / "groundtruth.jsonl", REAL_TYPES).items():
+                for kind, found in fidelity_of.signatures(db, cases / "groundtruth.jsonl", fidelity_of.REAL_TYPES).items():
                     observed.setdefault(kind, []).extend(found)
-    return agreement(observed, simulated)
+    return fidelity_of.agreement(observed, simulated)
+
+
+def wide_system(path: Path, services: int = 2000, replicas: int = 5, per_node: int = 50) -> Path:
+    """A system of many components, traffic thin on each: an entry whose operations each call a front service that
+    calls four leaves (`services` in all, of `replicas` pods each), every pod of its own, `per_node` pods a node."""
+    fronts = (services - 1) // 5
+    leaves = {f"f{i}": [f"l{i}x{j}" for j in range(4)] for i in range(fronts)}
+
+    def service(language: str, port: int, steps: list) -> dict:
+        return {"kind": "service", "language": language, "replicas": replicas, "own_ms": 1.5,
+                "rpc": {"service": f"wide.S{port}", "port": port}, "failure": "request failed",
+                "operations": {"Serve": {"steps": steps}}}
+
+    components = {"gateway": {"kind": "service", "language": "go", "replicas": replicas, "own_ms": 1.0,
+                              "protocol": "http", "port": 80, "failure": "upstream request failed",
+                              "operations": {f"GET /{f}": {"steps": [{"call": f"{f}.Serve"}]} for f in leaves}}}
+    for f, ls in leaves.items():
+        components[f] = service("java", 7000, [{"log": "serving {id}"}] + [{"call": f"{leaf}.Serve"} for leaf in ls])
+        components |= {leaf: service("go", 7001, [{"log": "served {id}"}]) for leaf in ls}
+    pods = replicas * len(components)
+    description = {"name": "wide", "namespace": "wide", "nodes": {"workers": [f"node-{k}" for k in range(pods // per_node)]},
+                   "workload": {"entry": "gateway", "requests_per_minute": 20 * len(components),
+                                "traces_per_minute": 2 * len(components),
+                                "mix": {f"GET /{f}": 1 / len(leaves) for f in leaves}},
+                   "components": components,
+                   "faults": {"cpu stress": ["service"], "pod failure": ["service"], "network delay": ["link"]}}
+    Path(path).write_text(yaml.safe_dump(description, sort_keys=False))
+    return Path(path)
+
+
+def wide_run(services: int = 2000, replicas: int = 5, scale: float = 0.01, cases: int = 3, seed: int = 5,
+             progress=lambda what: None) -> dict:
+    """A system of `services` services of `replicas` pods: `cases` random faults simulated (their hours and the one
+    before each, OTLP), loaded, each ranked, and detect over the store: is each fault's window an incident, named
+    right? Seconds and peak memory of each step (simulate and etl in processes of their own)."""
+    from features import detect
+    from features.bench import hit, names
+    from features.cases import load_questions
+    from features.digest import build_digest
+    from etl import store
+
+    out: dict = {"services": services, "pods": services * replicas, "scale": scale}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        system = wide_system(tmp / "wide.yaml", services, replicas)
+        for step, args in (("simulate", ["simulate", str(tmp / "dump"), "--system", str(system), "--cases", str(cases),
+                                         "--scale", str(scale), "--seed", str(seed), "--hours", str(cases + 1)]),
+                           ("etl", ["etl", str(tmp / "dump"), "--db", str(tmp / "store.duckdb")])):
+            progress(f"wide: {step}")
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "rcalab", *args], check=True, stdout=subprocess.DEVNULL)
+            out[f"{step} s"] = round(time.perf_counter() - started, 1)
+        out["peak memory MB"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+        truth = [json.loads(line) for line in (tmp / "dump" / "groundtruth.jsonl").read_text().splitlines()]
+        questions = load_questions(tmp / "dump" / "input.json")
+        con = store.connect(tmp / "store.duckdb", read_only=True)
+        progress("wide: ranking")
+        started = time.perf_counter()
+        firsts = [build_digest(con, q).candidates[0].component for q in questions]
+        out["digest s a case"] = round((time.perf_counter() - started) / len(questions), 2)
+        out["top-1"] = round(sum(hit(c, names(t), False) for c, t in zip(firsts, truth)) / len(truth), 3)
+        progress("wide: detect")
+        lo, hi = detect.span(con)
+        started = time.perf_counter()
+        found = detect.incidents(detect.scan(con, lo, hi))
+        out["detect s"] = round(time.perf_counter() - started, 1)
+        seen = [any(i.start <= q.end and q.start <= i.end for i in found) for q in questions]
+        named = [any(i.start <= q.end and q.start <= i.end and any(hit(c, names(t), False) for c in i.components[:1])
+                     for i in found) for q, t in zip(questions, truth)]
+        out["faults found"] = round(sum(seen) / len(seen), 3)
+        out["found and named"] = round(sum(named) / len(named), 3)
+        out["incidents"] = len(found)
+        out["levels at the faults"] = [round(max((lv.score or 0) for lv in detect.scan(con, q.start, q.end)), 3)
+                                       for q in questions]
+        con.close()
+    return out
