@@ -302,23 +302,52 @@ def markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rank_plot(result: dict, path: Path) -> None:
-    """Top-1 per fault type of every set, as bars: where a set's misses are."""
+def _figure(height: float, columns: int = 1):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt, *plt.subplots(1, columns, figsize=(8, height))
+
+
+def rank_plot(result: dict) -> tuple:
+    """Top-1 per fault type of every set, as bars: where a set's misses are."""
     bars = [(f"{name}: {fault}", t["top1"]) for name, r in result.items() for fault, t in r["per_type"].items()]
-    fig, ax = plt.subplots(figsize=(8, 0.22 * len(bars) + 1))
+    plt, fig, ax = _figure(0.22 * len(bars) + 1)
     ax.barh([b for b, _ in bars][::-1], [v for _, v in bars][::-1], color="tab:blue")
     ax.set_xlim(0, 1)
     ax.set_xlabel("top-1 (the cause ranked first)")
     ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return plt, fig
+
+
+def etl_plot(result: dict) -> tuple:
+    """The load beside its floor (DuckDB reading the same files into a store): time and peak memory."""
+    plt, fig, (time_ax, memory_ax) = _figure(3, columns=2)
+    time_ax.bar(["etl", "floor", "rerun"], [result["etl_seconds"], result["floor_seconds"], result["rerun_seconds"]],
+                color=["tab:blue", "tab:gray", "tab:green"])
+    time_ax.set_ylabel("seconds")
+    memory_ax.bar(["etl", "floor"], [result["etl_peak_memory_mb"], result["floor_peak_memory_mb"]],
+                  color=["tab:blue", "tab:gray"])
+    memory_ax.set_ylabel("peak MB")
+    return plt, fig
+
+
+def scale_plot(result: dict) -> tuple:
+    """The nightly job in one process and on Dask clusters: its time, and the speed-up over one worker."""
+    plt, fig, (time_ax, speed_ax) = _figure(3, columns=2)
+    runs = result["runs"]
+    time_ax.bar(list(runs), [r["seconds"] for r in runs.values()], color="tab:blue")
+    time_ax.set_ylabel("seconds")
+    speed_ax.bar(list(runs), [r["speed_up"] for r in runs.values()], color="tab:green")
+    speed_ax.set_ylabel("speed-up over one worker")
+    for ax in (time_ax, speed_ax):
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
+    return plt, fig
+
+
+PLOTS = {"rank": rank_plot, "etl": etl_plot, "scale": scale_plot}  # where a picture says more than the table
 
 
 def write_page(what: str, result: dict, tables: list[Table], command: str, page: Path = PAGE) -> None:
@@ -330,9 +359,13 @@ def write_page(what: str, result: dict, tables: list[Table], command: str, page:
     text = page.read_text() if page.is_file() else "# Benchmarks\n"
     body = [f"## {what}", "", f"Measured {dt.date.today():%Y-%m-%d} with `{command}` on a machine of "
             f"{os.cpu_count()} cores.", ""]
-    if what == "rank":
-        rank_plot(result, page.parent / "bench" / "rank.png")
-        body += ["![top-1 per fault type](bench/rank.png)", ""]
+    if what in PLOTS:
+        plt, fig = PLOTS[what](result)
+        fig.tight_layout()
+        (page.parent / "bench").mkdir(parents=True, exist_ok=True)
+        fig.savefig(page.parent / "bench" / f"{what}.png", dpi=90)
+        plt.close(fig)
+        body += [f"![{what}](bench/{what}.png)", ""]
     section = "\n".join([begin, *body, *(markdown(t) for t in tables), end])
     if begin in text and end in text:
         text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]

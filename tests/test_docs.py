@@ -47,3 +47,14 @@ def test_the_readme_is_short_and_its_links_lead_to_pages_that_exist():
     for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
         if not link.startswith("http"):
             assert (ROOT / link).exists(), link
+
+
+def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    etl = {"etl_seconds": 26.8, "floor_seconds": 25.0, "rerun_seconds": 1.2, "etl_peak_memory_mb": 1710,
+           "floor_peak_memory_mb": 3070}
+    scale = {"runs": {"one process": {"seconds": 59.0, "speed_up": 1.0}, "2 workers": {"seconds": 40.0, "speed_up": 1.5}}}
+    for what, result in (("etl", etl), ("scale", scale)):
+        write_page(what, result, [], f"rcalab bench {what}", page)
+        assert f"![{what}](bench/{what}.png)" in page.read_text()
+        assert (tmp_path / "bench" / f"{what}.png").read_bytes()[:4] == b"\x89PNG"
