@@ -130,6 +130,7 @@ def judged_table(results: dict, rules: str, grounded: bool) -> Table:
     if grounded:
         table.add_row("grounded", *[f"{r['grounding']['grounded']} of {r['grounding']['walked']}"
                                     for r in results.values()])
+        table.add_row("held", *[str(r["grounding"]["held"]) for r in results.values()])
     return table
 
 
