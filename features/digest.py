@@ -20,7 +20,7 @@ from .detect import CANDIDATES, alarm, clear, confidence, reach
 from .evidence import BASELINE, Window, flat
 from .options import Option, options
 from .path import Hop, fault_paths, written
-from .ranker import Candidate, rank_window
+from .ranker import Candidate, Ranking, rank_window
 
 MAX_TOKENS = 1500
 OPTION_CANDIDATES = 3
@@ -38,6 +38,7 @@ class Digest:
     unready: list[str] = field(default_factory=list)  # days of the window (or its baseline) without features
     paths: dict[str, list[Hop]] = field(default_factory=dict)  # per candidate with options: from an entry to it
     skipped: list[str] = field(default_factory=list)  # what was not computed, the case's time being up
+    ranking: Ranking | None = None  # what the candidates were ranked from (the graph, the evidence)
 
     @property
     def clear(self) -> bool:
@@ -89,7 +90,7 @@ def build_digest(con: duckdb.DuckDBPyConnection, q: Question, deadline: float | 
     unready = [str(day) for day, in con.execute("select day from dirty_days where day between ? and ? order by day",
                                                  [(w.start - BASELINE).date(), w.end.date()]).fetchall()]
     return Digest(q.uuid, window, ranked, render(q, ranked, opts, node_of, sure, unready, paths), opts, sure, unready,
-                  paths, skipped)
+                  paths, skipped, ranking)
 
 
 def render(q: Question, ranked: list[Candidate], opts: dict[str, list[Option]], node_of: dict[str, str],

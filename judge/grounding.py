@@ -8,11 +8,9 @@ from pathlib import Path
 
 from etl import store
 from features.cases import Question
-from features.detect import CANDIDATES
 from features.digest import build_digest
 from features.evidence import Window
 from features.path import ungrounded, walked
-from features.ranker import rank_window
 from reasoner.facts import held, known, unfounded
 
 from .pages import by_uuid
@@ -30,11 +28,11 @@ def grounding(db: Path, questions: list[Question], answers: Path) -> dict:
             a = answered.get(q.uuid)
             if not a:
                 continue
-            w = Window.around(q.start, q.end)
+            w, digest = Window.around(q.start, q.end), build_digest(con, q)
             path = walked(a)
             if path:
-                found[q.uuid] = ungrounded(con, w, rank_window(con, w, CANDIDATES), path)
-            said = known(con, w, build_digest(con, q))
+                found[q.uuid] = ungrounded(con, w, digest.ranking, path)
+            said = known(con, w, digest)
             _, dropped = held(a, said)
             facts = unfounded(str(a.get("reason", "")), said) + [f for d in dropped for f in d["unfounded"]]
             if facts:
