@@ -173,6 +173,7 @@ def wide_run(services: int = 2000, replicas: int = 5, scale: float = 0.01, cases
         firsts = [build_digest(con, q).candidates[0].component for q in questions]
         out["digest s a case"] = round((time.perf_counter() - started) / len(questions), 2)
         out["top-1"] = round(sum(hit(c, names(t), False) for c, t in zip(firsts, truth)) / len(truth), 3)
+        out["faults"] = [f"{t['fault_type']} of {t['instance']}: {c} first" for c, t in zip(firsts, truth)]
         progress("wide: detect")
         lo, hi = detect.span(con)
         started = time.perf_counter()
