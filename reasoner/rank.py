@@ -130,15 +130,16 @@ def _at(hop) -> str:
 
 def _moved(hop, cause: bool) -> str:
     """What moved in a hop, in a few words: in a component on the way, what tells the fault reached it (latency and
-    errors travel up the calls), else its strongest metric; in the cause its own trace evidence first (its metrics
-    and logs have steps of their own, its traces not, where a path is walked)."""
+    errors travel up the calls: the strongest metric of each), else its strongest metric; in the cause its own trace
+    evidence first (its metrics and logs have steps of their own, its traces not, where a path is walked)."""
     metrics = [e for e in hop.items if e.kind in ("metric", "changepoint")]
     if cause:
-        found = next((e for e in hop.items if e.kind == "trace" and not e.echo), None) or \
-            next((e for e in metrics if not e.echo), None)
+        found = [next((e for e in hop.items if e.kind == "trace" and not e.echo), None) or
+                 next((e for e in metrics if not e.echo), None)]
     else:
-        found = next((e for e in metrics if e.signal in UPWARD), None) or next(iter(metrics), None)
-    return brief(found) if found else ""
+        found = [next((e for e in metrics if e.signal == s), None) for s in sorted(UPWARD)]
+        found = [e for e in found if e] or metrics[:1]
+    return ", ".join(brief(e) for e in sorted((e for e in found if e), key=lambda e: -e.blame))
 
 
 def _statuses(hop) -> str:
