@@ -54,17 +54,14 @@ CUMULATIVE = "({} in ('2', 'AGGREGATION_TEMPORALITY_CUMULATIVE'))"
 QUANTILE = 0.95
 
 
-def signal(path: Path) -> str | None:
+def signal(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     """The kind of telemetry a file's first export request holds, or None where it is no OTLP JSON. DuckDB reads
     it as the load will (plain, gzip or zstd, by the file's suffix)."""
-    con = duckdb.connect()
     try:
         first = con.execute("select json_keys(json) from read_json_objects(?, format = 'newline_delimited') limit 1",
                             [str(path)]).fetchone()
     except duckdb.InvalidInputException:  # not JSON lines
         return None
-    finally:
-        con.close()
     return next((SIGNALS[k] for k in (first[0] if first else []) if k in SIGNALS), None)
 
 
@@ -75,22 +72,24 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.name.endswith(SUFFIXES) and p.is_file()) if root.is_dir() else []
 
 
-def _signal(path: Path) -> tuple[str | None, str]:
-    """A file's signal, or why it cannot be read."""
-    try:
-        return signal(path), ""
-    except duckdb.Error as e:  # a truncated or corrupt archive, a file that went away
-        return None, f"cannot be read: {str(e).splitlines()[0]}"
+def _signals(root: Path):
+    """Each file with its signal, or why it cannot be read; one in-memory DuckDB reads them all (a connection a
+    file cost more than reading a small file's first line)."""
+    with duckdb.connect() as con:
+        for path in _files(root):
+            try:
+                yield path, signal(con, path), ""
+            except duckdb.Error as e:  # a truncated or corrupt archive, a file that went away
+                yield path, None, f"cannot be read: {str(e).splitlines()[0]}"
 
 
 def detect(root: Path) -> bool:
-    return any(_signal(p)[0] for p in _files(root))
+    return any(kind for _, kind, _ in _signals(root))
 
 
 def discover(root: Path) -> list[InputFile]:
     out = []
-    for path in _files(root):
-        kind, problem = _signal(path)
+    for path, kind, problem in _signals(root):
         if problem:
             out.append(InputFile(path, "unreadable", problem))
         else:
