@@ -23,8 +23,9 @@ PHRASINGS = (
     "A fault was detected from {start} to {end}. Please analyze its root cause.",
 )
 REQUIRED = ("uuid", "fault_type", "instance", "start_time", "end_time")
-# A random schedule starts at 00:10 CST (16:10 UTC the day before), one case an hour.
-RANDOM_START = dt.datetime(2025, 6, 5, 16, 10, tzinfo=dt.timezone.utc)
+# A random schedule starts at 01:10 CST (17:10 UTC the day before), one case an hour: an hour into its day, so that
+# its first case too has the hour before it in the dump (the families' baseline; `--hours` writes no earlier day).
+RANDOM_START = dt.datetime(2025, 6, 5, 17, 10, tzinfo=dt.timezone.utc)
 
 
 @dataclass(frozen=True)
