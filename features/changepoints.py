@@ -1,9 +1,5 @@
 """Change points per metric series and day, with ruptures' KernelCPD (linear kernel, the fast one).
 
-A shift is the move of the segments' medians, sized by the day's standard deviation: a level is what most of a
-segment's minutes hold, so a blip (one error in a thin series, which ruptures may cut around) is no new level,
-however far a mean over three minutes would move; the metric family's median z does the same.
-
 Penalty: each series is standardised robustly (median, 1.4826 MAD), so one penalty
 fits all series; with `PENALTY_PER_LOG_N` x log(n) (about 73 for a day of minutes) a
 level shift of a 20-minute window must be about 2.7 MADs to be reported, which keeps
@@ -60,10 +56,8 @@ def find_changepoints(df: pl.DataFrame, day: dt.date) -> pl.DataFrame:
         bounds = [0, *cuts, len(values)]
         scale = max(float(np.std(values)), 1e-9)
         for i, cut in enumerate(cuts):
-            before = float(np.median(values[bounds[i]:cut]))
-            after = float(np.median(values[cut:bounds[i + 2]]))
-            if after == before:
-                continue
+            before = float(values[bounds[i]:cut].mean())
+            after = float(values[cut:bounds[i + 2]].mean())
             rows.append((series["ts"][cut], day, source, component, series["service"][0], metric, before, after,
                          abs(after - before) / scale))
     return pl.DataFrame(rows, orient="row", schema=["ts", "day", "source", "component", "service", "metric",

@@ -5,12 +5,10 @@ echoed by its callers, a vanished template, a slow link."""
 import datetime as dt
 import math
 
-import polars as pl
 import pytest
 
 from etl import store
 from features.cases import Question
-from features.changepoints import find_changepoints
 from features.detect import ABNORMAL
 from features.digest import build_digest
 from features.evidence import Item, Window, changepoints, faulty_change, logs, silence, traces
@@ -218,19 +216,6 @@ def test_a_level_s_return_within_the_window_is_no_change_of_its_own(tiny):
                      (then, START.date(), "pay-0", "pay", 0.1, 0.4, 12.0)])
     found = changepoints.collect(con, Window(START, END))
     assert [(i.component, "0.2 -> 1.9" in i.text) for i in found] == [("cart-0", True)]
-
-
-def test_a_blip_in_a_thin_series_is_no_change_point_but_a_new_level_is():
-    """A day of a sparse error count (three errors) and a latency that steps up for twenty minutes: ruptures cuts
-    around each, and only the step is a level shift."""
-    day = 24 * 60
-    minutes = [T0.replace(hour=0) + dt.timedelta(minutes=i) for i in range(day)]
-    errors = [1.0 if i in (95, 700, 1000) else 0.0 for i in range(day)]
-    latency = [100.0 + (i % 3) + (300.0 if 600 <= i < 620 else 0.0) for i in range(day)]
-    df = pl.DataFrame({"ts": minutes * 2, "source": "apm", "component": "cart", "service": "cart",
-                       "metric": ["error"] * day + ["rrt"] * day, "value": errors + latency})
-    found = find_changepoints(df, T0.date())
-    assert set(found["metric"]) == {"rrt"} and found["after"].max() > 350
 
 
 def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):
