@@ -134,12 +134,11 @@ def _moved(hop, cause: bool) -> str:
     evidence first (its metrics and logs have steps of their own, its traces not, where a path is walked)."""
     metrics = [e for e in hop.items if e.kind in ("metric", "changepoint")]
     if cause:
-        found = [next((e for e in hop.items if e.kind == "trace" and not e.echo), None) or
-                 next((e for e in metrics if not e.echo), None)]
-    else:
-        found = [next((e for e in metrics if e.signal == s), None) for s in sorted(UPWARD)]
-        found = [e for e in found if e] or metrics[:1]
-    return ", ".join(brief(e) for e in sorted((e for e in found if e), key=lambda e: -e.blame))
+        found = next((e for e in hop.items if e.kind == "trace" and not e.echo), None) or \
+            next((e for e in metrics if not e.echo), None)
+        return brief(found) if found else ""
+    each = [e for e in (next((m for m in metrics if m.signal == s), None) for s in sorted(UPWARD)) if e]
+    return ", ".join(brief(e) for e in sorted(each or metrics[:1], key=lambda e: -e.blame))
 
 
 def _statuses(hop) -> str:
