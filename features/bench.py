@@ -241,10 +241,11 @@ def _add(ac: list[float], found: list[bool]) -> None:
         ac[k] += any(found[:k + 1])
 
 
-def ranking(db: Path, input_json: Path, truth: Path) -> dict:
+def ranking(db: Path, input_json: Path, truth: Path, each=lambda question, digest: None) -> dict:
     """Top-1 / top-3 overall and per fault type, and digest seconds, for every case of a store. A hit names the
     truth's service or one of its pods; top-1 exact names the very instance (the pod of a pod fault, the service
-    of a service fault), as the challenge's LA counts it."""
+    of a service fault), as the challenge's LA counts it. `each` sees every case's digest (an agent answering
+    from it)."""
     rows = {r["uuid"]: r for r in map(json.loads, Path(truth).read_text().splitlines())}
     con = store.connect(db, read_only=True)
     per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # cases, top-1, top-3, top-1 at its level
@@ -256,6 +257,7 @@ def ranking(db: Path, input_json: Path, truth: Path) -> dict:
             started = time.perf_counter()
             digest = build_digest(con, q)
             seconds.append(time.perf_counter() - started)
+            each(q, digest)
             row = rows[q.uuid]
             node_fault = row["instance_type"] == "node"
             found = [hit(c.component, names(row), node_fault) for c in digest.candidates]

@@ -13,12 +13,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from etl import store
-from features.bench import REPLAY_SCALE, Replay, labelled_stores
+from features.bench import REPLAY_SCALE, Replay, labelled_stores, ranking
 from features.cases import load_questions
 from features.digest import build_digest
 from reasoner.agent import openai_chat
 from reasoner.batch import run_batch
 from reasoner.llm import endpoint
+from reasoner.rank import answer
 
 from .grounding import grounding
 from .report import transcript_figures
@@ -64,6 +65,22 @@ def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, dou
             **{k: g[k] for k in ("grounded", "held")},
             **{k: figures.get(k) for k in ("fallback", "seconds_per_case", "llm_calls_per_case",
                                            "prompt_tokens_per_case", "output_tokens_per_case")}}
+
+
+def ranked(db: Path, input_json: Path, truth: Path) -> dict:
+    """The ranking's figures (`features.bench.ranking`) and, judged as the challenge scores them, the `rank` agent's
+    answers to every case from the same digests: final, LA, TA, APL, and explainability where the truth names key
+    observations (a replay's do; real days' labels name none)."""
+    answers = []
+    result = ranking(db, input_json, truth, each=lambda question, digest: answers.append(answer(digest)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "answers.jsonl"
+        path.write_text("".join(json.dumps(a) + "\n" for a in answers if a))
+        scored = score(truth, path)
+    summary = scored.summary()
+    observed = any(c.points for c in scored.cases)
+    return result | {"rank agent": {k: summary[k] for k in ("final", "LA", "TA", "APL")}
+                     | ({"explainability": summary["explainability"]} if observed else {})}
 
 
 def run(replays: dict[str, Replay], real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,

@@ -71,10 +71,11 @@ def _replays(settings: Settings, per_type: int, limit: int | None = None, prefix
 
 def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from features.bench import REPLAY_SCALE, run
+    from judge.bench import ranked
 
     result = run(_replays(settings, settings.random), settings.real, scale=settings.scale or REPLAY_SCALE,
-                 progress=progress)
-    return result, [rank_table(result), baselines_table(result)]
+                 progress=progress, measure=ranked)
+    return result, [rank_table(result), baselines_table(result), answers_table(result)]
 
 
 def _diagnose(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -209,6 +210,18 @@ def baselines_table(result: dict) -> Table:
         for i, (who, figures) in enumerate(r["AC"].items()):
             table.add_row(cell(name), cell(who), *(f"{figures[k]:.3f}" for k in ("AC@1", "AC@3", "Avg@5")),
                           end_section=i == len(r["AC"]) - 1)
+    return table
+
+
+def answers_table(result: dict) -> Table:
+    table = Table(title="the rank agent's answers to every case, judged (explainability where the truth names "
+                        "key observations)")
+    columns = ("final", "LA", "TA", "explainability", "APL")
+    for col in ("set", *columns):
+        table.add_column(col, justify="left" if col == "set" else "right")
+    for name, r in result.items():
+        judged = r["rank agent"]
+        table.add_row(cell(name), *("-" if judged.get(c) is None else f"{judged[c]:g}" for c in columns))
     return table
 
 

@@ -153,6 +153,25 @@ def test_the_bench_sets_apart_the_cases_where_the_ranking_is_unsure(tmp_path):
     assert unsure(path, [fault, quiet]) == set()  # one clear candidate; none at all: nothing to decide
 
 
+def test_bench_rank_judges_the_rank_agent_s_answers_from_the_digests_it_ranked(tmp_path):
+    from judge.bench import ranked
+
+    path = tmp_path / "fault.duckdb"
+    day(path, fault=2.0).close()
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    (tmp_path / "input.json").write_text(json.dumps([{"uuid": "fault", "Anomaly Description":
+        f"The system experienced an anomaly from {START:{fmt}} to {END:{fmt}}. Please infer the possible cause."}]))
+    truth = {"uuid": "fault", "fault_type": "cpu stress", "instance_type": "pod", "instance": "cart-1",
+             "key_metrics": ["pod_cpu_usage"], "key_observations": [{"type": "metric", "keyword": ["pod_cpu_usage"]}]}
+    (tmp_path / "truth.jsonl").write_text(json.dumps(truth) + "\n")
+    result = ranked(path, tmp_path / "input.json", tmp_path / "truth.jsonl")
+    assert result["top1"] == 1.0
+    assert result["rank agent"]["LA"] == 1.0 and result["rank agent"]["explainability"] == 1.0
+    truth["key_observations"] = []  # a real day's labels: no explainability to judge
+    (tmp_path / "truth.jsonl").write_text(json.dumps(truth) + "\n")
+    assert "explainability" not in ranked(path, tmp_path / "input.json", tmp_path / "truth.jsonl")["rank agent"]
+
+
 def test_thresholds_fitted_on_the_other_days_are_reported_on_the_day_left_out():
     from features.bench import folds
 
