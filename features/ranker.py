@@ -22,8 +22,9 @@
    with no local signal at
    all is an echo of something, seen or not. The deepest anomalous unit with healthy
    dependencies ranks first.
-5. Where a component's own code path broke in its spans, a component whose evidence is one resource metric's change
-   (no failed or slowed call reaches it, its paths held: nothing felt it) counts as an echo does.
+5. Where a component's own code path broke in its spans (as much as makes a unit anomalous), a component whose
+   evidence is one resource metric's change (no failed or slowed call reaches it, its paths held: nothing felt it)
+   counts as an echo does.
 """
 
 from __future__ import annotations
@@ -194,7 +195,8 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         for _, node, kind in (g.out_edges(u, data="kind") if u in g else []):
             if kind == "runs on" and own_of[u] >= ANOMALOUS:
                 hosted[node].add(service_of.get(u, u))
-    broke = {u for u, its in units.items() if any(it.signal == PATH and not it.echo for it in its)}
+    broke = {u for u, its in units.items() if any(it.signal == PATH and not it.echo and it.blame >= ANOMALOUS
+                                                  for it in its)}
     for u, c in cands.items():
         deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too

@@ -9,6 +9,7 @@ from test_ranking import END, MINUTES, T0, Tiny, digest, during
 
 from etl import store
 from features.evidence import Window, events, traces
+from features.ranker import ANOMALOUS
 from features.refresh import nightly
 
 FRONT = ["F.c.FrontController#10", "F.c.FrontController#20"]
@@ -354,3 +355,13 @@ def test_a_metric_step_off_the_path_weighs_less_than_a_path_broken_in_the_spans(
     step = next(c for c in d.candidates if c.component == "cat")
     assert step.found[0].score > d.candidates[0].score  # the step alone is the stronger item
     assert d.candidates[0].component == "order"
+
+
+def test_a_metric_step_outweighs_a_path_that_broke_too_faintly_to_make_its_unit_anomalous(tiny):
+    """Order's path broke in one minute of twenty: too little to be an anomaly of its own. A node's CPU that
+    stressed its pods is such a step, and a few broken spans somewhere do not make it an echo."""
+    tiny.series("cat-0", "pod_memory_working_set_bytes", 100.0, service="cat", fault=400.0)
+    con = logged_traces(tiny, order_fault=[ORDER[0], ORDER[2]], faulty=lambda i: i == 100)
+    path = [i for i in events.collect(con, window()) if i.component == "order"]
+    assert path and 0 < path[0].blame < ANOMALOUS
+    assert digest(con).candidates[0].component == "cat"
