@@ -365,6 +365,14 @@ def test_a_log_keyword_is_the_line_s_own_words_not_the_template_s_placeholder():
     assert logs.verbatim(template, "a line of another shape") == template
 
 
+def test_a_line_spaced_wider_than_its_template_still_fills_it():
+    """Drain3 splits at whitespace: a line with two spaces between words is of the template with one, and the
+    service its placeholder stands for is named (so the line reports trouble reaching it)."""
+    template = "gateway TraceID: SpanID: <*> request failed: I/O error on request for <*>"
+    line = '10:10:09 ERROR  gateway TraceID:  SpanID:  [preserve] request failed: I/O error on request for "http://preserve"'
+    assert "[preserve]" in logs.verbatim(template, line)
+
+
 def test_a_cpu_that_rose_names_the_fault_before_the_latency_it_explains():
     latency = Item("cart", "metric", 0.9, "PodServerLatencyP90(s)", "latency 0.02 -> 0.3", "latency")
     self_time = Item("cart", "trace", 0.7, "span self time", "self time 2 -> 40 ms", "self time")

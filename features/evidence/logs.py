@@ -39,7 +39,8 @@ def verbatim(template: str, line: str) -> str:
     constants = PLACEHOLDER.split(template)
     if len(constants) == 1:
         return template
-    found = re.search(r"(\S+)".join(re.escape(c) for c in constants), line)
+    # Drain3 splits a line at whitespace: a space of the template stands for any run of it in the line
+    found = re.search(r"(\S+)".join(r"\s+".join(map(re.escape, c.split(" "))) for c in constants), line)
     if not found:
         return template
     return "".join(c + (found.group(i + 1) if i < len(constants) - 1 else "") for i, c in enumerate(constants))
