@@ -39,27 +39,44 @@ def changepoints(values: np.ndarray) -> list[int]:
     return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(n))[:-1]]
 
 
-def day_series(con: duckdb.DuckDBPyConnection, day: dt.date) -> pl.DataFrame:
-    """Every metric series of one UTC day, a value a minute."""
-    return frame(con, """
-        select ts, source, component, service, metric, avg(value) as value from metric_points
-        where ts >= ? and ts < ?::date + 1 group by all order by source, component, metric, ts""", [day, day])
+def day_series(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every metric series of one UTC day: the series (`sid`, source, component, service, metric), and their
+    points, a value a minute (`sid`, ts, value) ordered by series and time. A series' names are not repeated on
+    each of its points: a day of 10,000 pods holds hundreds of millions of points."""
+    con.execute("""
+        create or replace temp table day_series as
+        select row_number() over (order by source, component, metric) as sid, *
+        from (select source, component, metric, any_value(service) as service from metric_points
+              where ts >= ? and ts < ?::date + 1 group by all)""", [day, day])
+    try:
+        names = frame(con, "select sid, source, component, service, metric from day_series order by sid")
+        points = frame(con, """
+            select sid, ts, avg(value) as value from metric_points m join day_series s
+                on m.source is not distinct from s.source and m.component is not distinct from s.component
+                and m.metric is not distinct from s.metric
+            where ts >= ? and ts < ?::date + 1 group by all order by sid, ts""", [day, day])
+    finally:
+        con.execute("drop table day_series")
+    return names, points
 
 
-def find_changepoints(df: pl.DataFrame, day: dt.date) -> pl.DataFrame:
-    """The `changepoints` rows of a day's series (numpy and ruptures alone: no store)."""
+def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -> pl.DataFrame:
+    """The `changepoints` rows of a day's series (`day_series`; numpy and ruptures alone: no store)."""
+    names, points = series
+    sids, values, ts = points["sid"].to_numpy(), points["value"].to_numpy(), points["ts"]
+    starts = [0, *(np.flatnonzero(np.diff(sids)) + 1), len(sids)] if len(sids) else []
     rows = []
-    for (source, component, metric), series in df.partition_by(["source", "component", "metric"], maintain_order=True,
-                                                                as_dict=True).items():
-        values = series["value"].to_numpy()
-        cuts = changepoints(values)
-        bounds = [0, *cuts, len(values)]
-        scale = max(float(np.std(values)), 1e-9)
+    for lo, hi in zip(starts, starts[1:]):
+        name = names.row(int(sids[lo]) - 1, named=True)
+        segment = values[lo:hi]
+        cuts = changepoints(segment)
+        bounds = [0, *cuts, len(segment)]
+        scale = max(float(np.std(segment)), 1e-9)
         for i, cut in enumerate(cuts):
-            before = float(values[bounds[i]:cut].mean())
-            after = float(values[cut:bounds[i + 2]].mean())
-            rows.append((series["ts"][cut], day, source, component, series["service"][0], metric, before, after,
-                         abs(after - before) / scale))
+            before = float(segment[bounds[i]:cut].mean())
+            after = float(segment[cut:bounds[i + 2]].mean())
+            rows.append((ts[int(lo + cut)], day, name["source"], name["component"], name["service"], name["metric"],
+                         before, after, abs(after - before) / scale))
     return pl.DataFrame(rows, orient="row", schema=["ts", "day", "source", "component", "service", "metric",
                                                     "before", "after", "score"])
 
