@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import duckdb
+import numpy as np
 import polars as pl
 
-from . import frame
+from . import frame, metric_series
 
 WINDOW = 60  # minutes of trailing baseline
 MIN_HISTORY = 30
 Z_CAP = 100.0
+CHUNK = 2_000_000  # points a robust z is computed over at once
 
 
 def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.DataFrame:
@@ -35,16 +39,22 @@ def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.Da
 
 def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
     """Recompute `metric_anomaly` for [lo, hi), using the hour before lo as baseline."""
-    df = frame(con, """
-        select ts, source, component, service, metric, avg(value) as value from metric_points
-        where ts >= ?::timestamp - interval 60 minutes and ts < ? group by all""", [lo, hi])
+    names, points = metric_series(con, lo - dt.timedelta(minutes=WINDOW), hi)
     con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
-    if df.is_empty():
+    if points.is_empty():
         return 0
-    out = robust_z(df, ["source", "component", "metric"], "value", "ts").filter(pl.col("ts") >= lo)
+    # Series by series (a few million points at once): the windows of each are its own, and a day of many
+    # components computed at once holds each intermediate column over all of them.
+    sids = points["sid"].to_numpy()
+    per_chunk = max(1, CHUNK * len(names) // len(points))
+    bounds = np.searchsorted(sids, np.arange(1, len(names) + 1, per_chunk))
+    parts = [robust_z(points[a:b], ["sid"], "value", "ts").filter(pl.col("ts") >= lo)
+             for a, b in zip(bounds, [*bounds[1:], len(sids)])]
+    out = pl.concat(parts)
     # In time order: a window's query then reads only the row groups of its hours (their zone maps).
-    out = out.select("ts", "source", "component", "service", "metric", "value", "baseline", "z").sort("ts")
-    con.execute("insert into metric_anomaly select * from out")
+    con.execute("""insert into metric_anomaly
+                   select o.ts, n.source, n.component, n.service, n.metric, o.value, o.baseline, o.z
+                   from out o join names n using (sid) order by o.ts, o.sid""")
     return out.height
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import ruptures
 
-from . import frame
+from . import metric_series
 
 PENALTY_PER_LOG_N = 10.0
 MIN_SIZE = 3
@@ -40,24 +40,9 @@ def changepoints(values: np.ndarray) -> list[int]:
 
 
 def day_series(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every metric series of one UTC day: the series (`sid`, source, component, service, metric), and their
-    points, a value a minute (`sid`, ts, value) ordered by series and time. A series' names are not repeated on
-    each of its points: a day of 10,000 pods holds hundreds of millions of points."""
-    con.execute("""
-        create or replace temp table day_series as
-        select row_number() over (order by source, component, metric) as sid, *
-        from (select source, component, metric, any_value(service) as service from metric_points
-              where ts >= ? and ts < ?::date + 1 group by all)""", [day, day])
-    try:
-        names = frame(con, "select sid, source, component, service, metric from day_series order by sid")
-        points = frame(con, """
-            select sid, ts, avg(value) as value from metric_points m join day_series s
-                on m.source is not distinct from s.source and m.component is not distinct from s.component
-                and m.metric is not distinct from s.metric
-            where ts >= ? and ts < ?::date + 1 group by all order by sid, ts""", [day, day])
-    finally:
-        con.execute("drop table day_series")
-    return names, points
+    """Every metric series of one UTC day (`metric_series`)."""
+    start = dt.datetime.combine(day, dt.time())
+    return metric_series(con, start, start + dt.timedelta(days=1))
 
 
 def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -> pl.DataFrame:
