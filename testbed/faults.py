@@ -3,7 +3,8 @@ components (by kind, by kind and language, to links, to nodes).
 
 Each entry knows what it can act on, how it changes a `Day` (metrics, latency, errors, log lines) and what the ground
 truth says of it (`key_observations`, `key_metrics`, `fault_description`, taken from the real phase-one ground truth
-of the 2025 challenge where the type occurs there; `{service}` and `{method}` name the target). Callers and
+of the 2025 challenge where the type occurs there; `{service}` and `{method}` name the target, `{entry}` the system's
+entry, and a gRPC error's words become an HTTP client's where the target speaks HTTP: `HTTP_WORDS`). Callers and
 dependants feel the effects through `workload`, so propagation is not written per fault; a datastore's own metrics
 move by the roles its description gives them (`system.ROLES`).
 """
@@ -56,6 +57,17 @@ HTTP_ERRORS = {
     "internal": '500 Internal Server Error: [{{"status":500,"error":"Internal Server Error","path":"/{service}"}}]',
     "transient": 'I/O error on request for "http://{service}:{port}": Unexpected end of file from server',
     "failed": '500 Internal Server Error: [{{"status":500,"error":"{failure}","path":"/{service}"}}]',
+}
+# A key observation's gRPC words as an HTTP client writes the same failure (HTTP_ERRORS), none where it has no such
+# words (a status name): a system's truth names what its own lines say.
+HTTP_WORDS = {
+    ("deadlineexceeded",): ["Read timed out"], ("timeout",): ["timed out"],
+    ("Error", "while", "dialing"): ["I/O error on request"], ("unavailable",): [],
+    ("failure",): ["Connection reset"], ("no such host",): ["Name or service not known"],
+    ("context canceled",): ["CancellationException"],
+    ("Rpc", "error", "code", "canceled", "desc", "context canceled"): ["CancellationException"],
+    ("rpc", "error"): ["I/O error"], ("Internal",): ["500 Internal Server Error"],
+    ("code error",): ["500 Internal Server Error"],
 }
 JVM = {"java", "kotlin", "scala"}  # languages whose services run on a JVM (Byteman's rules, garbage collection)
 KINDS = ("service", "database", "cache", "storage", "coordinator", "broker")
@@ -167,11 +179,19 @@ class Fault:
         site = code_site(comp, self.name) if comp and "code" in self.acts_on else None
         pair = site[2] if site else ""
 
+        callee = topo.system.components.get(target.edge[1] if target.edge else service)
+        http = callee is not None and callee.protocol == "http"
+
         def named(text: str) -> str:
             return text.replace("{service}", service).replace("{method}", method).replace(
-                "{method_lower}", method.lower()).replace("{pair}", pair)
+                "{method_lower}", method.lower()).replace("{pair}", pair).replace("{entry}", topo.system.entry)
 
-        observations = [dict(o, keyword=[named(k) for k in o["keyword"]]) for o in self.key_observations]
+        observations = []
+        for o in self.key_observations:
+            keywords = HTTP_WORDS.get(tuple(o["keyword"]), o["keyword"]) if http and o["type"] == "log" else o["keyword"]
+            observation = dict(o, keyword=[named(k) for k in keywords])
+            if keywords and observation not in observations:
+                observations.append(observation)
         return dict(fault_category=self.category, fault_type=self.name, **target.truth(topo), start_time=start,
                     end_time=end, uuid=uuid, key_observations=observations,
                     key_metrics=[named(m) for m in self.key_metrics], fault_description=self.fault_description)
@@ -463,7 +483,7 @@ def pod_failure(day, target, sl, rng):
 
 
 @fault("pod kill", "pod fault", SERVICE,
-       [{"type": "trace", "subtype": "request_proportion_anomalies", "keyword": ["frontend"]},
+       [{"type": "trace", "subtype": "request_proportion_anomalies", "keyword": ["{entry}"]},
         {"type": "metric", "keyword": ["request", "response"]},
         {"type": "metric", "keyword": ["pod_memory_working_set_bytes"]},
         {"type": "metric", "keyword": list(_NET_KPIS)}],
@@ -493,7 +513,7 @@ def pod_kill(day, target, sl, rng):
 @fault("jvm cpu", "jvm fault", {"jvm"},
        [{"type": "log", "keyword": ["{service}--stress"]}, {"type": "log", "keyword": ["invocationtargetexception"]},
         {"type": "log", "keyword": ["transformlistener"]},
-        {"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]},
+        {"type": "trace", "subtype": "latency_anomalies", "keyword": ["{entry}"]},
         {"type": "metric", "keyword": ["pod_cpu_usage"]}, {"type": "metric", "keyword": ["rrt", "rrt_max"]}],
        ["pod_cpu_usage", "{service}--stress"],
        ["JVM CPU spike", "JVM CPU overload", "JVM high CPU usage", "JVM CPU saturation"])
@@ -522,7 +542,7 @@ def jvm_gc(day, target, sl, rng):
 @fault("jvm latency", "jvm fault", {"jvm"},
        [{"type": "log", "keyword": ["{service}-{method}-latency"]},
         {"type": "log", "keyword": ["invocationtargetexception"]}, {"type": "log", "keyword": ["transformlistener"]},
-        {"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]}],
+        {"type": "trace", "subtype": "latency_anomalies", "keyword": ["{entry}"]}],
        ["{service}-{method}-latency", "rrt", "rrt_max"],
        ["high JVM latency", "JVM response delay", "elevated request latency", "JVM slow response"])
 def jvm_latency(day, target, sl, rng):
@@ -556,7 +576,7 @@ _NET_METRICS = ["rrt", "rrt_max", "request", "response", *_NET_KPIS]
 _NET_LOGS = [{"type": "log", "keyword": ["Error", "while", "dialing"]}, {"type": "log", "keyword": ["failure"]},
              {"type": "log", "keyword": ["Rpc", "error", "code", "canceled", "desc", "context canceled"]},
              {"type": "log", "keyword": ["timeout"]}, {"type": "log", "keyword": ["unavailable"]}]
-_FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["frontend"]}]
+_FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["{entry}"]}]
 
 
 def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str | tuple[str, ...], net_mult: float,

@@ -114,3 +114,21 @@ def test_every_consequence_the_fault_entry_names_shows(signatures, fault_type):
     r = signatures[fault_type]
     assert r["metrics"] in (None, 1.0), r["misses"]
     assert all(miss.startswith("trace:") for miss in r["misses"]), r["misses"]
+
+
+def test_a_truth_names_the_systems_entry_and_its_clients_words():
+    """A Train Ticket truth names its own entry, not HipsterShop's frontend, and a failed HTTP call by the words
+    its callers' lines carry (Spring's 'Read timed out'), not gRPC's status names."""
+    from testbed.faults import HTTP_ERRORS, HTTP_WORDS, failure_line
+
+    system = load("trainticket")
+    topo = Topology.build(4, system)
+    loss = FAULTS["network loss"]
+    target = next(t for t in loss.candidates(topo) if t.edge and system.components[t.edge[1]].protocol == "http")
+    truth = loss.truth(topo, target, "2025-06-06T10:10:00Z", "2025-06-06T10:20:00Z", "tt-1")
+    words = [k for o in truth["key_observations"] for k in o["keyword"]]
+    assert system.entry in words and "frontend" not in words and "deadlineexceeded" not in words
+    line = failure_line("deadline", topo, topo.pods_of(target.edge[1])[0])
+    assert any(k in line for o in truth["key_observations"] if o["type"] == "log" for k in o["keyword"]), line
+    for said in HTTP_WORDS.values():  # every word put in gRPC's place is one an HTTP client's line carries
+        assert not said or any(said[0] in line for line in HTTP_ERRORS.values()), said
