@@ -25,6 +25,7 @@ import math
 import duckdb
 
 TEMPLATE = "template:"  # the prefix of an event that is a template id, not a code position
+START, END = " start", " end"  # the suffixes of a span's first and last events (`OPERATION start`)
 CALLS_START, CALLS_END = " calls start", " calls end"  # the suffixes of the events that begin and end a calls track
 CALL = "call "  # the prefix of a call's event in a calls track: `call SERVICE OPERATION`
 CHUNK = dt.timedelta(hours=1)  # the calls track is counted an hour of spans at a time
@@ -42,18 +43,18 @@ def refresh_event_pairs(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.
              -- a span of an operation that logs, which logged nothing this time: its path ran start to end
              bare as (select * from every semi join (select distinct service, operation from s) using (service, operation)
                       anti join s using (trace_id, span_id)),
-             path as (select trace_id, span_id, 0 as part, ts, operation || ' start' as event from s
+             path as (select trace_id, span_id, 0 as part, ts, operation || '{START}' as event from s
                       union all
                       select l.trace_id, l.span_id, 1, l.ts, l.event from logged l semi join s using (trace_id, span_id)
                       union all
-                      select trace_id, span_id, 2, ts, operation || ' end' from s),
+                      select trace_id, span_id, 2, ts, operation || '{END}' from s),
              pairs as (select trace_id, span_id, event as a,
                               lead(event) over (partition by trace_id, span_id order by part, ts, event) as b
                        from path)
         select date_trunc('minute', s.ts) as minute, s.service, s.operation, p.a, p.b, count(*) as pairs
         from pairs p join s using (trace_id, span_id) where p.b is not null group by all
         union all  -- no pair of these is one of those: a span that logged has a line between its start and end
-        select date_trunc('minute', ts), service, operation, operation || ' start', operation || ' end', count(*)
+        select date_trunc('minute', ts), service, operation, operation || '{START}', operation || '{END}', count(*)
         from bare group by all""",
                 [lo - SLACK, hi + SLACK, lo, hi])
     # The calls track an hour at a time: a day's spans and their calls at once take a third of a GB more.

@@ -28,6 +28,11 @@ SHARE = re.compile(r"in (\d+%) of spans, now (\d+%)")
 SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "%": 1.0}
 
 
+def action(item) -> str:
+    """The analysis that reads an item: its family's, but a pair of log lines is found in the logs."""
+    return "LogSearch" if item.logged else ACTIONS.get(item.kind, "MetricAnalysis")
+
+
 def words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
@@ -246,22 +251,22 @@ def evidence_steps(digest: Digest, component: str) -> list[dict]:
     hops = digest.paths.get(component, [])
     walked = len(hops) > 1
     steps = path_steps(hops) if walked else []
-    for action in dict.fromkeys(ACTIONS.values()):
-        if walked and action == "TraceAnalysis":
+    for analysis in dict.fromkeys(ACTIONS.values()):
+        if walked and analysis == "TraceAnalysis":
             continue
-        items = [e for e in chosen.found or chosen.evidence if ACTIONS.get(e.kind) == action and not e.echo]
-        said = _metrics(items) + (hops[-1].also if hops else []) if action == "MetricAnalysis" else \
-            _logs(items) if action == "LogSearch" else list(dict.fromkeys(brief(e) for e in items))
+        items = [e for e in chosen.found or chosen.evidence if action(e) == analysis and not e.echo]
+        said = _metrics(items) + (hops[-1].also if hops else []) if analysis == "MetricAnalysis" else \
+            _logs(items) if analysis == "LogSearch" else list(dict.fromkeys(brief(e) for e in items))
         if said:
-            steps.append({"action": f"{action}({component})",
-                          "observation": words(f"{component} " + ", ".join(said) if action == "MetricAnalysis"
+            steps.append({"action": f"{analysis}({component})",
+                          "observation": words(f"{component} " + ", ".join(said) if analysis == "MetricAnalysis"
                                                else "; ".join(said), OBSERVATION_WORDS)})
     aside = [c for c in digest.candidates if c is not chosen and c.evidence][:SET_ASIDE]
     if aside and len(steps) < STEPS:
         why = [f"{c.component} (" + (f"an echo of its dependency {c.explained_by}" if c.explained_by
                                      else f"weaker, {c.score:.2f} against {chosen.score:.2f}")
                + f"): {brief(c.evidence[0])}" for c in aside]
-        steps.append({"action": f"{ACTIONS.get(aside[0].evidence[0].kind, 'MetricAnalysis')}"
+        steps.append({"action": f"{action(aside[0].evidence[0])}"
                                 f"({', '.join(c.component for c in aside)})",
                       "observation": words(f"set aside {'; '.join(why)}", OBSERVATION_WORDS)})
     return steps[:STEPS]

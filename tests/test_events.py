@@ -80,7 +80,7 @@ def test_a_pair_that_breaks_in_the_callee_while_the_caller_s_paths_hold(tiny):
     found = events.collect(con, window())
     assert [(i.component, i.key, i.echo) for i in found] == [
         ("order", "o.s.OrderServiceImpl#5_o.s.OrderServiceImpl#7", False)]
-    assert found[0].score > 0.8 and "now 0%" in found[0].text
+    assert found[0].score > 0.8 and "now 0%" in found[0].text and found[0].logged  # two log lines' positions
     d = digest(con)
     assert d.candidates[0].component == "order"
     assert d.options["order"][0].fault_type == "code error"
@@ -154,6 +154,7 @@ def test_a_first_call_that_changed_with_its_caller_s_path_is_the_caller_s(tiny):
         tiny.place(f"{service}-0", service)
     found = {i.component: i for i in events.collect(tiny.done(), window())}
     assert not found["front"].echo and found["front"].key == "op calls start_call order op"
+    assert not found["front"].logged  # a calls track's, read in the spans
     assert found["order"].echo and "its callers front changed their paths too" in found["order"].text
 
 

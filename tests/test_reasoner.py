@@ -385,3 +385,21 @@ def test_a_step_that_quotes_a_line_nobody_logged_is_dropped(db, questions):
     assert kept["reasoning_trace"][0]["step"] == 1
     assert dropped == [{"action": "LogSearch(cartservice)", "unfounded": ["disk quota exceeded"]},
                        {"action": "MetricAnalysis(cartservice)", "unfounded": ["31337"]}]
+
+
+def test_a_broken_pair_of_log_lines_is_told_as_a_log_search_one_of_calls_as_a_trace_analysis():
+    """Which analysis found an item is where it was read: a pair of two log lines' code positions in the logs (the
+    judge counts a log keyword only in a log step), a pair of calls in the spans."""
+    from features.digest import Digest
+    from features.evidence import Item
+    from features.ranker import Candidate
+    from reasoner.rank import evidence_steps
+
+    logged = Item("b", "event", 0.8, "B#12_B#14", "events of b: 'B#12' was followed by 'B#14' in 100% of spans, "
+                  "now 10% of 40", "path", logged=True)
+    called = Item("b", "event", 0.5, "call c GET_call d GET", "events of b: 'call c GET' was followed by "
+                  "'call d GET' in 100% of spans, now 60% of 40", "path")
+    digest = Digest("case", ("", ""), [Candidate("b", "service", 1.0, [logged, called], found=[logged, called])], "")
+    steps = {s["action"]: s["observation"] for s in evidence_steps(digest, "b")}
+    assert "B#12_B#14" in steps["LogSearch(b)"] and "B#12_B#14" not in steps["TraceAnalysis(b)"]
+    assert "call c GET" in steps["TraceAnalysis(b)"]

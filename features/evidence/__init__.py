@@ -55,6 +55,7 @@ class Item:
     share: float = 1.0  # how much of the anomaly points at this component (a slow link, at one of its ends)
     peer: str | None = None  # a slow link's other end
     line: str = ""  # a log item's template with its placeholders filled from a line of it, whole
+    logged: bool = False  # an event item's pair is of two log lines (read in the logs, not the spans)
 
     @property
     def blame(self) -> float:

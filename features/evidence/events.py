@@ -38,7 +38,7 @@ import networkx as nx
 import numpy as np
 from scipy.stats import beta, binom
 
-from ..events import CALL, CALLS_END, CALLS_START, TEMPLATE
+from ..events import CALL, CALLS_END, CALLS_START, END, START, TEMPLATE
 from . import MINUTE, Item, Window, flat, rows, traces
 from .traces import DURING, MINUTES, _params
 
@@ -209,11 +209,12 @@ def collect(con, w: Window) -> list[Item]:
         if asked:
             text += f"; its callers {', '.join(sorted(asked))} changed their paths too (it was asked otherwise)"
         items.append(Item(c.service, "event", c.score, _key(c, names), text, "path",
-                          echo=bool(below or after or late or asked)))
+                          echo=bool(below or after or late or asked), logged=_logged(c)))
         if after and after not in changed and after not in troubled:  # its answers are not seen: its callers' are
             items.append(Item(after, "event", c.score, _key(c.after, names),
                               f"{c.service}'s path broke right after its call into {after}, whose spans show no "
-                              f"answer as usual: {_told(c.after, names)}", "path", peer=c.service))
+                              f"answer as usual: {_told(c.after, names)}", "path", peer=c.service,
+                              logged=_logged(c.after)))
     return items
 
 
@@ -255,6 +256,12 @@ def chose(c: Change) -> bool:
 def _key(c: Change, names: dict[str, str]) -> str:
     """The expected pair that broke, `A_B` in Nezha's labels."""
     return f"{names.get(c.a, c.a)}_{names.get(c.b, c.b)}"
+
+
+def _logged(c: Change) -> bool:
+    """Whether both events of the pair are log lines (code positions or templates), neither a call nor a span's or
+    a calls track's start or end."""
+    return all(e.startswith(TEMPLATE) or not (e.startswith(CALL) or e.endswith((START, END))) for e in (c.a, c.b))
 
 
 def _told(c: Change, names: dict[str, str]) -> str:
