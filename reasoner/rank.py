@@ -100,12 +100,14 @@ CODE = re.compile(r"code = (\w+)")
 CLAUSE = re.compile(r": |desc = ?|rpc error|code = ?\w*")
 JSON_TAIL = re.compile(r'",\s*"\w+":.*$')  # the rest of a JSON log record after its message
 ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+|<IP>|^dial tcp|^transport$|^connection error$")  # where, not what
+# None is what failed: a correlation id and its label, a stack frame ("at a.B.c(B.java:12)").
+BESIDE = re.compile(r"\b(?:trace|span)[ _-]?id\b\s*[:=]?|\b[0-9a-f]{16,}\b|\s+at [\w$.<>]+\([^)]*\)", re.I)
 
 
 def _parts(line: str) -> tuple[str, str, str]:
     """An error line as errors wrap one another: what the caller was doing (its first clause), the status codes it
     passed on, and the innermost errors (its last two clauses that name no address, where it has more than one)."""
-    line = re.sub(r"\[[^\]]*\]", "", PLACEHOLDER.sub("", JSON_TAIL.sub("", line)))
+    line = re.sub(r"\[[^\]]*\]", "", BESIDE.sub("", PLACEHOLDER.sub("", JSON_TAIL.sub("", line))))
     head, _, rest = line.strip().partition(" ")
     line = rest if LEVELS.match(head) else line  # a severity is no part of what failed
     clauses = [" ".join(c.split()) for c in (c.strip(" '\"") for c in CLAUSE.split(line)) if c]
@@ -234,7 +236,7 @@ LINE_WORDS = 8  # of a line quoted by its first words
 
 def _plain(line: str) -> str:
     """A line's words without its placeholders, JSON record tail and severity."""
-    line = PLACEHOLDER.sub("", JSON_TAIL.sub("", line)).strip(' {}"')
+    line = BESIDE.sub("", PLACEHOLDER.sub("", JSON_TAIL.sub("", line))).strip(' {}"')
     head, _, rest = line.partition(" ")
     return rest if LEVELS.match(head) else line
 

@@ -87,6 +87,10 @@ def test_a_logged_error_is_quoted_as_what_failed_its_codes_and_its_two_innermost
                      "[signal SIGSEGV: segmentation violation]")) == \
         "code error: runtime error: invalid memory address or nil pointer dereference"
     assert gist(line('request error: code = <*> desc = <*>","severity":"warning"}')) == "request error"
+    # a correlation id and its label, a stack frame: none says what failed
+    assert gist(line("o.a.c.c.C.#175 TraceID: 72271ed506e6a25e751cc79c3fd371d7 SpanID: 31b68384f5c07779 "
+                     "java.lang.RuntimeException: injected exception at a.B.c(B.java:12)")) == \
+        "o.a.c.c.C.#175 java.lang.RuntimeException: injected exception"
 
 
 def test_a_caller_on_the_way_names_the_metric_of_each_way_the_fault_reached_it():
