@@ -16,15 +16,20 @@ def collect(con, w: Window) -> list[Item]:
     minutes = (BASELINE - GAP).total_seconds() / 60
     for m in rows(con, """
             with d as (select component, metric, median(value) as during from metric_anomaly
-                       where ts >= ? and ts <= ? group by all),
-                 b as (select component, metric, median(value) as before from metric_anomaly
-                       anti join (select * from d where during <> 0) using (component, metric)  -- goes on
-                       where ts >= ? and ts < ? group by all
+                       where ts >= $start and ts <= $end group by all),
+                 before as (select * from metric_anomaly anti join (select * from d where during <> 0)
+                            using (component, metric) where ts >= $lo and ts < $hi),  -- goes on
+                 -- a sieve for the quantile below, without its cost: of many quiet series, few are seldom zero
+                 seldom as (select component, metric from before group by all
+                            having count(*) filter (where value = 0) <= 0.1 * count(*)),
+                 b as (select component, metric, median(value) as before from before semi join seldom
+                       using (component, metric) group by all
                        having quantile_disc(abs(value), 0.1) > 0  -- hardly ever zero before
-                       and count(distinct date_trunc('minute', ts)) >= ?)  -- and hardly ever missing
+                       and count(distinct date_trunc('minute', ts)) >= $present)  -- and hardly ever missing
             select b.component, b.metric, b.before, d.during from b left join d using (component, metric)
             where exists (select 1 from d)""",
-                  [w.start, w.end, w.start - BASELINE, w.start - GAP, PRESENT * minutes]):
+                  {"start": w.start, "end": w.end, "lo": w.start - BASELINE, "hi": w.start - GAP,
+                   "present": PRESENT * minutes}):
         during = "no values" if m["during"] is None else "0"
         # A series that stops reporting, or a live process's memory, process count or up flag at 0, says the
         # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come, or
