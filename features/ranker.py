@@ -94,8 +94,10 @@ def unfelt(items: list[Item]) -> bool:
 
 
 def strength(item: Item) -> tuple:
-    """Strongest first, own evidence before echoes; ties broken by text, so that reruns agree."""
-    return item.echo, -item.blame, item.kind, item.text
+    """Strongest first, own evidence before echoes; of equal strength, what the component does before what it is
+    no longer asked to do (a dead process before the traffic it stopped serving); ties broken by text, so that
+    reruns agree."""
+    return item.echo, -item.blame, item.kind, item.signal == "traffic", item.text
 
 
 def own(items: list[Item]) -> float:

@@ -14,7 +14,7 @@ from features.digest import build_digest
 from features.evidence import Item, Window, changepoints, faulty_change, logs, silence, traces
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph
-from features.options import options
+from features.options import Option, options
 from features.refresh import refresh_day
 from features.templates import count_templates
 
@@ -483,3 +483,15 @@ def test_replicas_whose_own_anomalies_are_alike_carry_the_fault_together_though_
     alone = [calls, sent("shipping-0", 0.6), sent("shipping-1", 0.17), sent("shipping-2", 0.16)]
     top = rank(alone, g, pods, set())[0]
     assert (top.component, top.level) == ("shipping-0", "pod")
+
+
+def test_a_dead_process_names_a_pod_failure_before_the_traffic_it_stopped_serving():
+    """Both stopped in the window, equally sure: the process that is gone is the fault's key, the CPU and bytes
+    that stopped with it follow (nothing calls a dead pod)."""
+    from features.options import options
+    from features.ranker import strength
+
+    cpu = Item("a-0", "silence", 1.0, "pod_cpu_usage", "silence pod_cpu_usage of a-0: 0.05 -> 0", "traffic")
+    gone = Item("a-0", "silence", 1.0, "pod_processes", "silence pod_processes of a-0: 2 -> 0", "silence")
+    assert options(sorted([cpu, gone], key=strength), "pod")[0] == Option(
+        "pod failure", "pod_processes", gone.text, "silence")
