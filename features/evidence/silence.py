@@ -9,6 +9,7 @@ from . import BASELINE, GAP, Item, Window, faulty_change, fmt, rows, signal_of
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
 MIN_EXPECTED = 10.0
 PRESENT = 0.9  # a series must have values in this share of the baseline's minutes for its stop to count
+ZEROS = 0.1  # and be zero in at most this share of them
 
 
 def collect(con, w: Window) -> list[Item]:
@@ -21,15 +22,15 @@ def collect(con, w: Window) -> list[Item]:
                             using (component, metric) where ts >= $lo and ts < $hi),  -- goes on
                  -- a sieve for the quantile below, without its cost: of many quiet series, few are seldom zero
                  seldom as (select component, metric from before group by all
-                            having count(*) filter (where value = 0) <= 0.1 * count(*)),
+                            having count(*) filter (where value = 0) <= $zeros * count(*)),
                  b as (select component, metric, median(value) as before from before semi join seldom
                        using (component, metric) group by all
-                       having quantile_disc(abs(value), 0.1) > 0  -- hardly ever zero before
+                       having quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
                        and count(distinct date_trunc('minute', ts)) >= $present)  -- and hardly ever missing
             select b.component, b.metric, b.before, d.during from b left join d using (component, metric)
             where exists (select 1 from d)""",
                   {"start": w.start, "end": w.end, "lo": w.start - BASELINE, "hi": w.start - GAP,
-                   "present": PRESENT * minutes}):
+                   "present": PRESENT * minutes, "zeros": ZEROS}):
         during = "no values" if m["during"] is None else "0"
         # A series that stops reporting, or a live process's memory, process count or up flag at 0, says the
         # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come, or
