@@ -104,10 +104,15 @@ ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+|<IP>|^dial tcp|^transport$|^connection
 BESIDE = re.compile(r"\b(?:trace|span)[ _-]?id\b\s*[:=]?|\b[0-9a-f]{16,}\b|\s+at [\w$.<>]+\([^)]*\)", re.I)
 
 
+def _bare(line: str) -> str:
+    """A line without its JSON record tail, placeholders, ids and stack frames."""
+    return BESIDE.sub("", PLACEHOLDER.sub("", JSON_TAIL.sub("", line)))
+
+
 def _parts(line: str) -> tuple[str, str, str]:
     """An error line as errors wrap one another: what the caller was doing (its first clause), the status codes it
     passed on, and the innermost errors (its last two clauses that name no address, where it has more than one)."""
-    line = re.sub(r"\[[^\]]*\]", "", BESIDE.sub("", PLACEHOLDER.sub("", JSON_TAIL.sub("", line))))
+    line = re.sub(r"\[[^\]]*\]", "", _bare(line))
     head, _, rest = line.strip().partition(" ")
     line = rest if LEVELS.match(head) else line  # a severity is no part of what failed
     clauses = [" ".join(c.split()) for c in (c.strip(" '\"") for c in CLAUSE.split(line)) if c]
@@ -236,7 +241,7 @@ LINE_WORDS = 8  # of a line quoted by its first words
 
 def _plain(line: str) -> str:
     """A line's words without its placeholders, JSON record tail and severity."""
-    line = BESIDE.sub("", PLACEHOLDER.sub("", JSON_TAIL.sub("", line))).strip(' {}"')
+    line = _bare(line).strip(' {}"')
     head, _, rest = line.partition(" ")
     return rest if LEVELS.match(head) else line
 
