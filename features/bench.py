@@ -353,6 +353,7 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
         on_time = [d for d in delays if d is not None and d <= ON_TIME]
         answers: dict[Window, str | None] = {}
         found_and_named, precision = flow(con, found, questions, rows, answers)
+        misses = missed(con, found, questions, rows, answers)
         # The thresholds' alternatives, for fitting them on some days and reporting the others (`folds`).
         grid = {f"{a:g} {s:g}": flow(con, detect.incidents(levels, a, s), questions, rows, answers) for a, s in GRID}
         fault_conf, quiet_conf = [], []
@@ -372,7 +373,7 @@ def detection(db: Path, input_json: Path, truth: Path) -> dict:
     right = [c for c, ok in fault_conf if ok and c is not None]
     return {"faults": len(faults), "incidents": len(found), "recall": round(len(caught) / len(faults), 3),
             "precision": precision,
-            "found_and_named": found_and_named,
+            "found_and_named": found_and_named, "missed": misses,
             "on_time": round(len(on_time) / len(faults), 3),
             "median_delay_minutes": round(statistics.median(d.total_seconds() / 60 for d in caught), 1) if caught else None,
             "detect_seconds": round(seconds, 1), "confidence_auroc": round(auroc, 3) if auroc is not None else None,
@@ -391,14 +392,37 @@ def flow(con, found: list[detect.Incident], questions: list[Question], rows: dic
     """Found and named (the share of faults for which an incident over the fault, diagnosed by the rank agent as
     `diagnose` answers `detect --out`, names its component) and precision (the share of incidents over a fault).
     `answers` keeps the rank agent's answer per window, for the next call."""
-    for i in found:
+    named = sum(bool(_named(con, found, q, rows, answers)) for q in questions)
+    true = sum(any(_over(i, q) for q in questions) for i in found)
+    return round(named / len(questions), 3), round(true / len(found), 3) if found else None
+
+
+def _over(incident: detect.Incident, q: Question) -> bool:
+    return incident.start <= q.end and q.start <= incident.end
+
+
+def _named(con, found: list[detect.Incident], q: Question, rows: dict, answers: dict) -> list[str | None]:
+    """What the rank agent named for each incident over fault `q`, if one of them names its component; else []."""
+    over = [i for i in found if _over(i, q)]
+    for i in over:
         if i.peak not in answers:
             answers[i.peak] = answer(con, i)
-    named = sum(any(i.start <= q.end and q.start <= i.end and answers[i.peak] is not None
-                    and hit(answers[i.peak], names(rows[q.uuid]), rows[q.uuid]["instance_type"] == "node")
-                    for i in found) for q in questions)
-    true = sum(any(i.start <= q.end and q.start <= i.end for q in questions) for i in found)
-    return round(named / len(questions), 3), round(true / len(found), 3) if found else None
+    said = [answers[i.peak] for i in over]
+    row = rows[q.uuid]
+    return said if any(a is not None and hit(a, names(row), row["instance_type"] == "node") for a in said) else []
+
+
+def missed(con, found: list[detect.Incident], questions: list[Question], rows: dict, answers: dict) -> list[dict]:
+    """The faults not found and named: their type, cause, window, and what the incidents over them named."""
+    out = []
+    for q in questions:
+        if _named(con, found, q, rows, answers):
+            continue
+        row = rows[q.uuid]
+        out.append({"uuid": q.uuid, "fault_type": row["fault_type"], "instance": row["instance"],
+                    "start": q.start.isoformat(), "minutes": round((q.end - q.start).total_seconds() / 60, 1),
+                    "named instead": [answers[i.peak] for i in found if _over(i, q)]})
+    return out
 
 
 def folds(result: dict, days: list[str]) -> list[dict]:

@@ -97,7 +97,7 @@ def _detect(settings: Settings, progress) -> tuple[dict, list[Table]]:
     if "hipstershop" in settings.systems:  # the day's volume of a real system: the scan's time
         result |= run({"hipstershop demo day, full scale": Replay(DEMO_DAY)}, [], scale=1.0, seed=7,
                       progress=progress, measure=detection)
-    tables = [detect_table(result)]
+    tables = [detect_table(result), missed_table(result)]
     names = [Path(path).name for path in settings.real]
     if len(names) >= 2:
         result["leave one day out"] = folds(result, names)
@@ -255,6 +255,18 @@ def detect_table(result: dict) -> Table:
     for name, figures in result.items():
         if name != "leave one day out":
             table.add_row(cell(name), *("-" if figures.get(c) is None else str(figures[c]) for c in columns))
+    return table
+
+
+def missed_table(result: dict) -> Table:
+    table = Table(title="faults not found and named", caption="named instead: the incidents' answers over the fault")
+    for column in ("set", "fault type", "cause", "start", "named instead"):
+        table.add_column(column)
+    for name, figures in result.items():
+        for m in figures.get("missed", []) if name != "leave one day out" else []:
+            cause = m["instance"] if isinstance(m["instance"], str) else ", ".join(m["instance"])
+            table.add_row(cell(name), cell(m["fault_type"]), cell(cause), m["start"],
+                          cell(", ".join(map(str, m["named instead"])) or "none found"))
     return table
 
 

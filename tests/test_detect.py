@@ -172,6 +172,21 @@ def test_bench_rank_judges_the_rank_agent_s_answers_from_the_digests_it_ranked(t
     assert "explainability" not in ranked(path, tmp_path / "input.json", tmp_path / "truth.jsonl")["rank agent"]
 
 
+def test_bench_detect_says_which_faults_it_missed_and_what_it_named_instead(tmp_path):
+    from features.bench import flow, missed
+
+    con = day(tmp_path / "fault.duckdb", fault=2.0)
+    incidents_ = found(con)
+    questions = [Question("cart", START, END, ""), Question("frontend", START, END, ""),
+                 Question("later", END + dt.timedelta(minutes=30), END + dt.timedelta(minutes=31), "")]
+    rows = {q.uuid: {"fault_type": "cpu stress", "instance_type": "service", "instance": q.uuid} for q in questions}
+    answers = {}
+    assert flow(con, incidents_, questions, rows, answers) == (round(1 / 3, 3), 1.0)
+    by = {m["uuid"]: m for m in missed(con, incidents_, questions, rows, answers)}
+    assert set(by) == {"frontend", "later"}
+    assert by["frontend"]["named instead"][0] in ("cart", "cart-1") and by["later"]["named instead"] == []
+
+
 def test_thresholds_fitted_on_the_other_days_are_reported_on_the_day_left_out():
     from features.bench import folds
 
