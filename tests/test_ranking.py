@@ -167,6 +167,15 @@ def test_a_latency_that_stops_says_nobody_called_not_that_the_pod_is_gone(tiny):
     assert {(i.component, i.signal) for i in items} == {("x-0", "traffic"), ("y-0", "silence")}
 
 
+def test_a_process_count_at_zero_for_a_minute_of_a_longer_window_is_a_process_that_died(tiny):
+    """Seen on a simulated Train Ticket day: a killed pod was back within two minutes; over a scan's ten-minute
+    window the median of its process count stayed up, and the caller that waited on it was named instead."""
+    tiny.series("x-0", "pod_processes", 2, fault=0)
+    tiny.series("x-0", "pod_cpu_usage", 0.2, fault=0)  # activity at 0 for two minutes: noise, or nobody called
+    w = Window(START - dt.timedelta(minutes=8), START + dt.timedelta(minutes=1))  # two of its minutes at 0
+    assert [(i.key, i.signal) for i in silence.collect(tiny.done(), w)] == [("pod_processes", "silence")]
+
+
 def test_what_is_left_falls_the_fault_s_way_and_errors_that_stop_are_a_recovery(tiny):
     """Seen on a simulated day: a service's steady errors stopped, and read as traffic that fell they made a
     quiet hour an incident."""

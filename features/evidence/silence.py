@@ -4,21 +4,27 @@ A failed pod, a dead TiDB part or a killed process says more by what stops than 
 
 from __future__ import annotations
 
-from . import BASELINE, GAP, Item, Window, faulty_change, fmt, rows, signal_of
+from . import BASELINE, GAP, SIGNALS, Item, Window, faulty_change, fmt, rows, signal_of
 
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
 MIN_EXPECTED = 10.0
 PRESENT = 0.9  # a series must have values in this share of the baseline's minutes for its stop to count
 ZEROS = 0.1  # and be zero in at most this share of them
+# A process count or an up flag says the process died in any minute it reads 0, however short the window's part:
+# a killed pod is back within a minute or two, and the median of a longer window would not see it go.
+DIES = {"processes", "up"}
+DEAD = "(?i)" + "|".join(f"(?:{pattern.pattern})" for pattern, name in SIGNALS if name in DIES)
 
 
 def collect(con, w: Window) -> list[Item]:
     items = []
     minutes = (BASELINE - GAP).total_seconds() / 60
     for m in rows(con, """
-            with d as (select component, metric, median(value) as during from metric_anomaly
-                       where ts >= $start and ts <= $end group by all),
-                 before as (select * from metric_anomaly anti join (select * from d where during <> 0)
+            with d as (select component, metric, median(value) as during,
+                              min(value) filter (where regexp_matches(metric, $dead)) as least
+                       from metric_anomaly where ts >= $start and ts <= $end group by all),
+                 before as (select * from metric_anomaly
+                            anti join (select * from d where during <> 0 and coalesce(least, 1) <> 0)
                             using (component, metric) where ts >= $lo and ts < $hi),  -- goes on
                  -- a sieve for the quantile below, without its cost: of many quiet series, few are seldom zero
                  seldom as (select component, metric from before group by all
@@ -27,16 +33,18 @@ def collect(con, w: Window) -> list[Item]:
                        using (component, metric) group by all
                        having quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
                        and count(distinct date_trunc('minute', ts)) >= $present)  -- and hardly ever missing
-            select b.component, b.metric, b.before, d.during from b left join d using (component, metric)
+            select b.component, b.metric, b.before, d.during, d.least from b left join d using (component, metric)
             where exists (select 1 from d)""",
                   {"start": w.start, "end": w.end, "lo": w.start - BASELINE, "hi": w.start - GAP,
-                   "present": PRESENT * minutes, "zeros": ZEROS}):
+                   "present": PRESENT * minutes, "zeros": ZEROS, "dead": DEAD}):
+        measures = signal_of(m["metric"])
+        if m["during"] and not (measures in DIES and m["least"] == 0):
+            continue  # a minute of a series that goes on reads 0: only a process count says more than noise
         during = "no values" if m["during"] is None else "0"
         # A series that stops reporting, or a live process's memory, process count or up flag at 0, says the
         # process is gone: silence. Activity at 0 (requests, CPU, syscalls, bytes) while values still come, or
         # a latency that stops (it has no value without calls), says nobody calls: traffic, which falls down
         # the call graph from a failing caller.
-        measures = signal_of(m["metric"])
         if measures == "errors" and not faulty_change(m["metric"], m["before"], m["during"]):
             continue  # errors that stop while the series goes on: a recovery
         gone = (m["during"] is None and measures != "latency") or measures in ("memory", "processes", "up")
