@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import duckdb
 import numpy as np
 import polars as pl
 
-from . import frame, metric_series
+from . import frame
 
 WINDOW = 60  # minutes of trailing baseline
 MIN_HISTORY = 30
@@ -37,9 +35,10 @@ def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.Da
     return df.with_columns(z=((v - pl.col("baseline")) / scale).clip(-Z_CAP, Z_CAP).fill_null(0.0))
 
 
-def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:
-    """Recompute `metric_anomaly` for [lo, hi), using the hour before lo as baseline."""
-    names, points = metric_series(con, lo - dt.timedelta(minutes=WINDOW), hi)
+def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, series: tuple[pl.DataFrame, pl.DataFrame]) -> int:
+    """Recompute `metric_anomaly` for [lo, hi) from `series` (`metric_series` over [lo - WINDOW, hi): the hour before
+    lo is the baseline)."""
+    names, points = series
     con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
     if points.is_empty():
         return 0

@@ -16,8 +16,6 @@ import numpy as np
 import polars as pl
 import ruptures
 
-from . import metric_series
-
 PENALTY_PER_LOG_N = 10.0
 MIN_SIZE = 3
 MIN_POINTS = 30
@@ -39,19 +37,18 @@ def changepoints(values: np.ndarray) -> list[int]:
     return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(n))[:-1]]
 
 
-def day_series(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every metric series of one UTC day (`metric_series`)."""
-    start = dt.datetime.combine(day, dt.time())
-    return metric_series(con, start, start + dt.timedelta(days=1))
-
-
 def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -> pl.DataFrame:
-    """The `changepoints` rows of a day's series (`day_series`; numpy and ruptures alone: no store)."""
+    """The `changepoints` rows of a UTC day, from `metric_series` over the day (points before it are left out: the
+    read may hold the hour before, for the anomaly table's baseline); numpy and ruptures alone, no store."""
     names, points = series
     sids, values, ts = points["sid"].to_numpy(), points["value"].to_numpy(), points["ts"]
+    when, start = ts.to_numpy(), np.datetime64(dt.datetime.combine(day, dt.time()))
     starts = [0, *(np.flatnonzero(np.diff(sids)) + 1), len(sids)] if len(sids) else []
     rows = []
     for lo, hi in zip(starts, starts[1:]):
+        lo += int(np.searchsorted(when[lo:hi], start))
+        if lo == hi:
+            continue
         name = names.row(int(sids[lo]) - 1, named=True)
         segment = values[lo:hi]
         cuts = changepoints(segment)

@@ -21,8 +21,9 @@ from etl.loader import Report, run_etl
 from rcalab.errors import StoreError
 from rcalab.tasks import run_tasks
 
+from . import metric_series
 from .anomaly import WINDOW, refresh_edge_anomaly, refresh_metric_anomaly
-from .changepoints import day_series, find_changepoints, write_changepoints
+from .changepoints import find_changepoints, write_changepoints
 from .events import refresh_event_pairs
 from .templates import count_templates, refresh_template_minute
 from .trace_edges import refresh_span_self, refresh_trace_edges
@@ -137,12 +138,12 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
     has threads to spare (a task given one thread, as a cluster's worker is, keeps to it)."""
     start = dt.datetime.combine(day, dt.time())
     end = start + dt.timedelta(days=1)
-    series = day_series(con, day)
+    series = metric_series(con, start - dt.timedelta(minutes=WINDOW), end)  # one read for both tables
     spare = store.threads(con) > 1
     with ThreadPoolExecutor(1) as pool:
         found = pool.submit(find_changepoints, series, day) if spare else None
         counts = {
-            "metric_anomaly": refresh_metric_anomaly(con, start, end),
+            "metric_anomaly": refresh_metric_anomaly(con, start, end, series),
             "log_template_minute": refresh_template_minute(con, start, end),
             "trace_edge_minute": refresh_trace_edges(con, start, end),
             "span_self_minute": refresh_span_self(con, start, end),
