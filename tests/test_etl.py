@@ -331,3 +331,25 @@ def test_a_case_whose_window_lacks_features_says_so_and_exits_2(replay_store, re
     assert result.exit_code == 2 and "incomplete: " in result.output and "were not computed" in result.output
     transcript = json.loads((tmp_path / "a.transcripts.jsonl").read_text())
     assert transcript["features_missing"] and answers.read_text()
+
+
+def test_a_day_s_change_points_leave_out_the_hour_before_it_that_the_read_holds():
+    """One read serves the anomaly table (the hour before the day is its baseline) and the change points: a level
+    shift in that hour is no change point of the day, and the day's own are found as on the day's points alone."""
+    import datetime as dt
+
+    import polars as pl
+
+    from features.changepoints import find_changepoints
+
+    day = dt.date(2025, 6, 5)
+    start = dt.datetime.combine(day, dt.time())
+    minutes = range(-60, 240)
+    values = [30.0 if m < -30 else 1.0 if m < 120 else 9.0 for m in minutes]  # steps at -30 and at 120 minutes
+    points = pl.DataFrame({"sid": [1] * len(values), "ts": [start + dt.timedelta(minutes=m) for m in minutes],
+                           "value": values})
+    names = pl.DataFrame({"sid": [1], "source": ["infra_pod"], "component": ["a-0"], "service": ["a"],
+                          "metric": ["pod_cpu_usage"]})
+    found = find_changepoints((names, points), day)
+    alone = find_changepoints((names, points.filter(pl.col("ts") >= start)), day)
+    assert found["ts"].to_list() == alone["ts"].to_list() == [start + dt.timedelta(minutes=120)]
