@@ -20,11 +20,11 @@ def collect(con, w: Window) -> list[Item]:
     items = []
     minutes = (BASELINE - GAP).total_seconds() / 60
     for m in rows(con, """
-            with d as (select component, metric, median(value) as during,
-                              min(value) filter (where regexp_matches(metric, $dead)) as least
+            with d as (select component, metric, median(value) as during, min(value) as least
                        from metric_anomaly where ts >= $start and ts <= $end group by all),
                  before as (select * from metric_anomaly
-                            anti join (select * from d where during <> 0 and coalesce(least, 1) <> 0)
+                            anti join (select * from d where during <> 0
+                                       and (least <> 0 or not regexp_matches(metric, $dead)))
                             using (component, metric) where ts >= $lo and ts < $hi),  -- goes on
                  -- a sieve for the quantile below, without its cost: of many quiet series, few are seldom zero
                  seldom as (select component, metric from before group by all
