@@ -20,8 +20,11 @@ def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.Da
     Where a series has less than `MIN_HISTORY` minutes behind it (the start of a dump),
     its median over the whole refresh stands in: a fault in the first minutes would
     otherwise become its own baseline. The scale has floors, 5 % of the median and 5 % of
-    the series' 99th percentile, so that flat and sparse series (error counts that are
-    mostly 0) do not divide by almost nothing; z is clipped to +-Z_CAP.
+    the series' 99th percentile in the same trailing window, so that flat and sparse series
+    (error counts that are mostly 0) do not divide by almost nothing; the window's, not the
+    day's: a day with other faults of the same component would make their peaks the floor
+    (a JVM's latency faults made a later CPU fault's fivefold response time a z of 0.2).
+    z is clipped to +-Z_CAP.
     """
     v = pl.col(value)
     early = pl.int_range(pl.len()).over(keys) < MIN_HISTORY
@@ -30,7 +33,8 @@ def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.Da
     dev = (v - pl.col("baseline")).abs()
     mad = pl.when(early).then(dev.median().over(keys)).otherwise(
         dev.rolling_median(WINDOW, min_samples=1).shift(1).over(keys))
-    typical = 0.05 * v.abs().quantile(0.99).over(keys)
+    typical = 0.05 * pl.when(early).then(v.abs().quantile(0.99).over(keys)).otherwise(
+        v.abs().rolling_quantile(0.99, window_size=WINDOW, min_samples=1).shift(1).over(keys))
     scale = pl.max_horizontal(1.4826 * mad, 0.05 * pl.col("baseline").abs(), typical, pl.lit(1e-9))
     return df.with_columns(z=((v - pl.col("baseline")) / scale).clip(-Z_CAP, Z_CAP).fill_null(0.0))
 

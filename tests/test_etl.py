@@ -353,3 +353,19 @@ def test_a_day_s_change_points_leave_out_the_hour_before_it_that_the_read_holds(
     found = find_changepoints((names, points), day)
     alone = find_changepoints((names, points.filter(pl.col("ts") >= start)), day)
     assert found["ts"].to_list() == alone["ts"].to_list() == [start + dt.timedelta(minutes=120)]
+
+
+def test_a_rise_stands_out_against_its_own_hour_however_high_the_day_s_other_faults_went():
+    """Seen on a simulated phase-one day: JVM latency faults took adservice's response time to 1.2M, and its later
+    CPU fault's fivefold rise (3k -> 16k) read z 0.2, the day's 99th percentile its scale's floor."""
+    import polars as pl
+
+    from features.anomaly import robust_z
+
+    minutes = 24 * 60
+    value = [3000.0 + 50 * (i % 7) for i in range(minutes)]
+    for start, level in ((60, 1.2e6), (240, 1.2e6), (600, 16_000.0)):  # two earlier faults, then the rise
+        value[start:start + 20] = [level] * 20
+    out = robust_z(pl.DataFrame({"sid": [1] * minutes, "minute": list(range(minutes)), "value": value}),
+                   ["sid"], "value", "minute")
+    assert out["z"][605] > 10
