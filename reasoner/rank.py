@@ -66,13 +66,14 @@ def _own(evidence: list) -> list:
 
 def reason(component: str, fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:
     """One sentence: the fault type in the component, the key metric or keyword and how it moved (in how many
-    pods), then the other keys of its own evidence and what a check of it found besides (`checked`)."""
+    pods), then the other keys of its own evidence, of other signals than the key's first (`diverse`), and what a
+    check of it found besides (`checked`)."""
     own = _own(evidence)
     first = next((e for e in own if e.key == key), None)
     pods = len({e.component for e in own if e.key == key})
     head = f"{fault_type[:1].upper()}{fault_type[1:]} in {component}: {key}" + (moved(first) if first else "")
     head += f" in {pods} pods" if pods > 1 else ""
-    others = [k for k in dict.fromkeys(e.key for e in own) if k != key][:CORROBORATION]
+    others = [k for k in diverse(list(dict.fromkeys([key, *(e.key for e in own)]))) if k != key][:CORROBORATION]
     others += [k for k in dict.fromkeys(checked) if k != key and k not in others][:CHECKED]
     while others and len(f"{head}; also {', '.join(others)}.".split()) > REASON_WORDS:
         others.pop()
@@ -213,11 +214,16 @@ def _metrics(items: list) -> list[str]:
         said = brief(e)
         name = said.split()[0]
         moves.setdefault(name, f"{name}->0" if said.endswith("->0") else said)
-    strongest: dict[str, str] = {}  # of each signal; a metric of no known signal is its own
-    for name in moves:
-        strongest.setdefault(name if signal_of(name) == "other" else signal_of(name), name)
-    order = list(strongest.values()) + [n for n in moves if n not in strongest.values()]
-    return [moves[n] if i < MOVES else n for i, n in enumerate(order)]
+    return [moves[n] if i < MOVES else n for i, n in enumerate(diverse(list(moves)))]
+
+
+def diverse(names: list[str]) -> list[str]:
+    """Names in their order, the first of each signal (cpu, memory, network, latency, errors...) before the second of
+    any: four network series say less than one of each of four signals. A name of no known signal is its own."""
+    first: dict[str, str] = {}
+    for name in names:
+        first.setdefault(name if signal_of(name) == "other" else signal_of(name), name)
+    return list(first.values()) + [n for n in names if n not in first.values()]
 
 
 def _logs(items: list) -> list[str]:

@@ -105,3 +105,16 @@ def test_a_caller_on_the_way_names_the_metric_of_each_way_the_fault_reached_it()
                            "error origin")], None)
     walk = next(s for s in path_steps([caller, cause]) if s["action"].startswith("TraceAnalysis"))
     assert walk["observation"].startswith("fe -> c; fe error 4->56, rrt 33k->257k; c ")
+
+
+def test_a_reason_names_one_key_of_each_signal_before_a_second_of_any():
+    """Seen on simulated phase-one pod failures: the reason named four network series of the dead pod after its
+    process count, and not the responses that stopped (what the judge's key metrics hold)."""
+    from reasoner.rank import reason
+
+    keys = ["pod_processes", "pod_cpu_usage", "pod_network_receive_bytes", "pod_network_receive_packets",
+            "pod_network_transmit_bytes", "pod_network_transmit_packets", "response", "error"]
+    evidence = [Item("a-0", "silence", 1.0, k, f"silence {k} of a-0: 2 -> 0", "silence") for k in keys]
+    said = reason("a-0", "pod failure", "pod_processes", evidence)
+    assert said.split("; also ")[1].rstrip(".").split(", ") == ["pod_cpu_usage", "pod_network_receive_bytes",
+                                                                "response", "error"]
