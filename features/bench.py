@@ -392,7 +392,7 @@ def flow(con, found: list[detect.Incident], questions: list[Question], rows: dic
     """Found and named (the share of faults for which an incident over the fault, diagnosed by the rank agent as
     `diagnose` answers `detect --out`, names its component) and precision (the share of incidents over a fault).
     `answers` keeps the rank agent's answer per window, for the next call."""
-    named = sum(bool(_named(con, found, q, rows, answers)) for q in questions)
+    named = sum(_right(_said(con, found, q, answers), rows[q.uuid]) for q in questions)
     true = sum(any(_over(i, q) for q in questions) for i in found)
     return round(named / len(questions), 3), round(true / len(found), 3) if found else None
 
@@ -401,27 +401,28 @@ def _over(incident: detect.Incident, q: Question) -> bool:
     return incident.start <= q.end and q.start <= incident.end
 
 
-def _named(con, found: list[detect.Incident], q: Question, rows: dict, answers: dict) -> list[str | None]:
-    """What the rank agent named for each incident over fault `q`, if one of them names its component; else []."""
+def _said(con, found: list[detect.Incident], q: Question, answers: dict) -> list[str | None]:
+    """What the rank agent named for each incident over fault `q` (answers kept in `answers` per window)."""
     over = [i for i in found if _over(i, q)]
     for i in over:
         if i.peak not in answers:
             answers[i.peak] = answer(con, i)
-    said = [answers[i.peak] for i in over]
-    row = rows[q.uuid]
-    return said if any(a is not None and hit(a, names(row), row["instance_type"] == "node") for a in said) else []
+    return [answers[i.peak] for i in over]
+
+
+def _right(said: list[str | None], row: dict) -> bool:
+    return any(a is not None and hit(a, names(row), row["instance_type"] == "node") for a in said)
 
 
 def missed(con, found: list[detect.Incident], questions: list[Question], rows: dict, answers: dict) -> list[dict]:
     """The faults not found and named: their type, cause, window, and what the incidents over them named."""
     out = []
     for q in questions:
-        if _named(con, found, q, rows, answers):
-            continue
-        row = rows[q.uuid]
-        out.append({"uuid": q.uuid, "fault_type": row["fault_type"], "instance": row["instance"],
-                    "start": q.start.isoformat(), "minutes": round((q.end - q.start).total_seconds() / 60, 1),
-                    "named instead": [answers[i.peak] for i in found if _over(i, q)]})
+        row, said = rows[q.uuid], _said(con, found, q, answers)
+        if not _right(said, row):
+            out.append({"uuid": q.uuid, "fault_type": row["fault_type"], "instance": row["instance"],
+                        "start": q.start.isoformat(), "minutes": round((q.end - q.start).total_seconds() / 60, 1),
+                        "named instead": said})
     return out
 
 
