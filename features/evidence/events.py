@@ -44,6 +44,7 @@ from .traces import DURING, MINUTES, _params
 
 MIN_WINDOW = 5  # occurrences of an event in the window before its follow-ups say anything
 MIN_BASELINE = 5  # and in the baseline (Nezha's support threshold)
+BLOCK = 20  # occurrences a baseline share is taken over, at least (thin minutes together)
 MIN_RUN = 2  # minutes of a run shorter than the window: one minute alone may be that minute's (a restart, retries)
 CONFIDENCE = 0.95  # the score is the drop of the expected pair at this confidence (few occurrences, less sure)
 ALPHA = 1e-3  # the drop of the expected pair is this unlikely under the baseline's probability
@@ -73,19 +74,26 @@ def changes(con, w: Window) -> dict[str, Change]:
     """Per service, its strongest significant change of path in the window."""
     window = {k: v for k, v in _params(w).items() if k != "min_calls"}
     # The baseline's probability of each follow-up is its median share over the baseline's minutes (where the
-    # event happened at all), so that other incidents in reach do not set what is expected.
+    # event happened at all), so that other incidents in reach do not set what is expected; thin minutes are taken
+    # together, in order, until they hold `BLOCK` occurrences (a minute of one occurrence has a share of 0 or 1).
     counts = rows(con, f"""
         with m as (select minute, {DURING} as during, service, coalesce(operation, '') as operation, a, b,
                           sum(pairs) as k
                    from event_pair_minute where {MINUTES} group by all),  -- '': a shard from before operations
              n as (select minute, service, operation, a, sum(k) as n from m where not during group by all),
-             share as (select service, operation, a, b, median(coalesce(m.k, 0) / n.n) as p, sum(n.n) as n
-                       from n join (select distinct service, operation, a, b from m) using (service, operation, a)
-                       left join m using (minute, service, operation, a, b) group by all),
+             blocks as (select minute, service, operation, a, n,
+                               floor((sum(n) over (partition by service, operation, a order by minute) - n) / $block)
+                               as block from n),
+             kb as (select service, operation, a, b, block, sum(m.k) as k from m join blocks
+                    using (minute, service, operation, a) group by all),
+             nb as (select service, operation, a, block, sum(n) as n from blocks group by all),
+             share as (select service, operation, a, b, median(coalesce(kb.k, 0) / nb.n) as p, sum(nb.n) as n
+                       from nb join (select distinct service, operation, a, b from m) using (service, operation, a)
+                       left join kb using (service, operation, a, b, block) group by all),
              now as (select minute, service, operation, a, b, k from m where during)
         select service, operation, a, b, minute, coalesce(now.k, 0) as during, coalesce(share.p, 0) as p,
                share.n as before
-        from now full join share using (service, operation, a, b)""", window)
+        from now full join share using (service, operation, a, b)""", window | {"block": BLOCK})
     follow: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
     minutes: dict[tuple[str, str, str], dict[tuple[str, dt.datetime], int]] = defaultdict(dict)
     seen: dict[tuple[str, str, str], int] = {}
