@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from features.digest import Digest
 from features.evidence import fmt, signal_of
-from features.evidence.logs import ERROR_WORDS, LEVELS, PLACEHOLDER
+from features.evidence.logs import ERROR_WORDS, LEVELS, PLACEHOLDER, WHERE
 from features.path import failed, slowed, troubled, written
 from features.ranker import UPWARD
 
@@ -93,7 +93,7 @@ def brief(item) -> str:
 
 def failing(item) -> list[str]:
     """The words of a log item's line that say what failed (error, Unavailable, refused), once each."""
-    line = item.text.split(": ", 1)[-1]
+    line = WHERE.sub(" ", item.text.split(": ", 1)[-1])
     return list(dict.fromkeys(w.strip("\"'.,:;()[]=").lower() for w in line.split() if ERROR_WORDS.search(w)))
 
 

@@ -433,6 +433,19 @@ def test_a_line_that_names_another_service_reports_that_service_not_its_logger(t
     assert [(i.component, i.echo) for i in items if "host" in i.line] == [("seat-config-0", False)]
 
 
+
+def test_where_a_line_was_written_is_no_word_of_what_it_says(tiny):
+    """Seen at a hundredth of a Train Ticket day: a few more cancellations a minute made every line of
+    `c.s.CancelServiceImpl#<NUM>` surge, and 'Cancel' in its logger's name made them error lines: the cancel
+    service outranked a wrong return's service."""
+    for service in ("cancel", "order"):
+        tiny.place(f"{service}-0", service)
+        tiny.log(f"{service}-0", service, f"INFO c.s.{service.title()}ServiceImpl#120 ticket refunded", 3,
+                 only_window=True)
+    items = logs.collect(tiny.done(), Window(START, END))
+    assert len({i.score for i in items}) == 1
+    assert [i.key for i in items] == ["refunded", "refunded"]
+
 def test_a_caller_s_self_time_is_its_wait_on_a_slow_call_however_few_its_calls(tiny):
     """Seen on a Train Ticket day: a caller's spans took a second longer while its calls into the delayed
     service took as long; one such call in the window is too few to score the link, not to explain the wait."""

@@ -28,6 +28,9 @@ KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
 RESOLVER = re.compile(r"no such host|\blookup\b|name resolution|could not resolve|unknown ?host|NXDOMAIN", re.I)
 HEX_ID = re.compile(r"^[0-9a-fA-F]{12,}$")  # a trace or span id a line carries is no keyword
 LEVELS = re.compile(r"^(trace|debug|info|notice|warn|warning|error|err|fatal|critical|severe)$", re.I)
+# Where a line was written (a code position, `logger#line`, as etl.loglines finds it; Drain masks its number) is
+# no word of what it says: 'Cancel' in c.s.CancelServiceImpl#<NUM> is a class's name.
+WHERE = re.compile(r"[^\s#]+#(?:[0-9]+|<NUM>|<\*>)")
 
 
 PLACEHOLDER = re.compile(r"<\*>|<(?:UUID|IP|HEX|ID|NUM)>")
@@ -49,7 +52,8 @@ def verbatim(template: str, line: str) -> str:
 def keyword(template: str) -> str:
     """A checkable keyword of a template: its first word that names an error (a severity alone does not),
     with the word before it, else its longest word."""
-    words = [w.strip("._-") for w in KEYWORD.findall(template) if not LEVELS.match(w) and not HEX_ID.match(w)]
+    words = [w.strip("._-") for w in KEYWORD.findall(WHERE.sub(" ", template))
+             if not LEVELS.match(w) and not HEX_ID.match(w)]
     for i, word in enumerate(words):
         if ERROR_WORDS.search(word):
             return " ".join(words[max(0, i - 1):i + 1])
@@ -102,7 +106,7 @@ def collect(con, w: Window) -> list[Item]:
                        .fetchall()])
     items = []
     for r in found:
-        errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(r["template"]))
+        errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(WHERE.sub(" ", r["template"])))
         rise = (r["during"] - r["before"]) / (r["during"] + r["before"] + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         new += f", {r['errors']} at error level" if r["errors"] else ""
