@@ -176,6 +176,18 @@ def test_a_process_count_at_zero_for_a_minute_of_a_longer_window_is_a_process_th
     assert [(i.key, i.signal) for i in silence.collect(tiny.done(), w)] == [("pod_processes", "silence")]
 
 
+
+def test_a_store_that_begins_just_before_the_window_still_sees_what_stops(tiny):
+    """Seen on a store of one hour of 10,000 pods: a pod failed ten minutes into the hour; silence asked for
+    values in most minutes of the hour before the window, which the store never had, and the dead pod's bytes at
+    0 said nothing. A gap in collection says nothing of the system (lines and spans, which a dump may keep only
+    around incidents, are steady over the whole hour still)."""
+    tiny.series("x-0", "pod_network_receive_bytes", 5e4, fault=0)
+    tiny.series("y-0", "MemoryUsage(Mi)", 300, fault="stop")
+    tiny.con.execute("delete from metric_points where ts < ?", [START - dt.timedelta(minutes=10)])
+    items = silence.collect(tiny.done(), Window(START, END))
+    assert {(i.component, i.signal) for i in items} == {("x-0", "traffic"), ("y-0", "silence")}
+
 def test_what_is_left_falls_the_fault_s_way_and_errors_that_stop_are_a_recovery(tiny):
     """Seen on a simulated day: a service's steady errors stopped, and read as traffic that fell they made a
     quiet hour an incident."""

@@ -9,6 +9,9 @@ from . import BASELINE, GAP, SIGNALS, Item, Window, faulty_change, fmt, rows, si
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
 MIN_EXPECTED = 10.0
 PRESENT = 0.9  # a series must have values in this share of the baseline's minutes for its stop to count
+# A series' baseline minutes are those the store has in the hour before (a store may begin just before the window:
+# a gap in collection says nothing of the system), and there must be this many at least.
+LEAST_MINUTES = 5
 ZEROS = 0.1  # and be zero in at most this share of them
 # A process count or an up flag says the process died in any minute it reads 0, however short the window's part:
 # a killed pod is back within a minute or two, and the median of a longer window would not see it go.
@@ -18,9 +21,10 @@ DEAD = "(?i)" + "|".join(f"(?:{pattern.pattern})" for pattern, name in SIGNALS i
 
 def collect(con, w: Window) -> list[Item]:
     items = []
-    minutes = (BASELINE - GAP).total_seconds() / 60
     for m in rows(con, """
-            with d as (select component, metric, median(value) as during, min(value) as least
+            with had as (select count(distinct date_trunc('minute', ts)) as n from metric_anomaly
+                         where ts >= $lo and ts < $hi),
+                 d as (select component, metric, median(value) as during, min(value) as least
                        from metric_anomaly where ts >= $start and ts <= $end group by all),
                  before as (select * from metric_anomaly
                             anti join (select * from d where during <> 0
@@ -32,11 +36,12 @@ def collect(con, w: Window) -> list[Item]:
                  b as (select component, metric, median(value) as before from before semi join seldom
                        using (component, metric) group by all
                        having quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
-                       and count(distinct date_trunc('minute', ts)) >= $present)  -- and hardly ever missing
+                       and count(distinct date_trunc('minute', ts)) >= $present * (select n from had)
+                       and (select n from had) >= $least)  -- and hardly ever missing
             select b.component, b.metric, b.before, d.during, d.least from b left join d using (component, metric)
             where exists (select 1 from d)""",
                   {"start": w.start, "end": w.end, "lo": w.start - BASELINE, "hi": w.start - GAP,
-                   "present": PRESENT * minutes, "zeros": ZEROS, "dead": DEAD}):
+                   "present": PRESENT, "least": LEAST_MINUTES, "zeros": ZEROS, "dead": DEAD}):
         measures = signal_of(m["metric"])
         if m["during"] and not (measures in DIES and m["least"] == 0):
             continue  # a minute of a series that goes on reads 0: only a process count says more than noise
@@ -52,7 +57,10 @@ def collect(con, w: Window) -> list[Item]:
                           f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}",
                           "silence" if gone else "traffic"))
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
-    # From the minute tables: the lines a component logged, the spans a pod served.
+    # From the minute tables: the lines a component logged, the spans a pod served, steady over the whole hour
+    # before: lines and spans come a request's at a time, and a dump may keep them only around incidents (the
+    # Nezha days), where a few minutes of another incident's are no steady state.
+    minutes = (BASELINE - GAP).total_seconds() / 60
     for table, who, count, what in (("log_template_minute", "component", "lines", "log lines"),
                                     ("span_self_minute", "pod", "spans", "spans")):
         for r in rows(con, f"""
