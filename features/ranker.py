@@ -18,7 +18,8 @@
    in (a service that calls and that nothing calls). A caller whose callees lost their traffic stopped
    calling them, unless a callee is down itself (its processes stopped, it says it is not up): then
    no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
-   (its messages waiting) is explained by an anomalous dependency (its broker), and is its own where none is. A unit
+   (its messages waiting) is explained by an anomalous dependency (its broker), or by an anomalous caller where it
+   took more messages than before (its producers' load), and is its own where neither is. A unit
    with no local signal at
    all is an echo of something, seen or not. The deepest anomalous unit with healthy
    dependencies ranks first.
@@ -42,8 +43,9 @@ WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
 EXPLAINED = 0.2  # what is left of a propagating signal that an anomalous dependency explains
 UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
-# A consumer's lag (its messages waiting) is explained by an anomalous dependency too (its broker backed up), but it
-# is its own where none is (a consumer that stalls): nobody waits on a consumer, so nothing echoes into its lag.
+# A consumer's lag (its messages waiting) is explained by an anomalous dependency too (its broker backed up), and by
+# an anomalous caller (a producer) where it rose with the messages the consumer took; it is its own where neither
+# is (a consumer that stalls): nobody waits on a consumer, so nothing echoes into its lag.
 LAG = "lag"
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
 LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it is not up is down
@@ -80,11 +82,18 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable
     part that is not there fails where it is made, and an untraced part (a database) has no span to fail in."""
     best: dict[str, float] = {}
     upward = UPWARD | {LAG} | ({ERROR_ORIGIN} if unreachable else set())
+    downward = DOWNWARD | ({LAG} if fed(items) else set())
     for it in items:
-        explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in DOWNWARD)
+        explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in downward)
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
         best[it.signal] = max(best.get(it.signal, 0.0), it.blame * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
+
+
+def fed(items: list[Item]) -> bool:
+    """Whether a unit took more than before: a consumer whose lag rose with the messages it took lags on its
+    producers' load (a stalled consumer takes fewer)."""
+    return any(it.signal in DOWNWARD and not it.fell and not it.echo for it in items)
 
 
 def unfelt(items: list[Item]) -> bool:
