@@ -18,6 +18,7 @@ ACTIONS = {"metric": "MetricAnalysis", "changepoint": "MetricAnalysis", "silence
            "log": "LogSearch", "trace": "TraceAnalysis", "event": "TraceAnalysis"}
 CORROBORATION = 4  # the other keys of its own evidence a reason names besides its key
 CHECKED = 2  # and the keys a check of the llm agent found moving besides
+STRONG = 0.5  # of the strongest key's strength: a key this strong goes by signal, one weaker after them
 SET_ASIDE = 2  # candidates after the chosen one that the trace says why it set aside
 STEPS = 5  # at most, in a trace (the challenge's efficiency falls past five)
 MOVES = 3  # metrics a step gives with how they moved, before the rest by name alone
@@ -66,14 +67,20 @@ def _own(evidence: list) -> list:
 
 def reason(component: str, fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:
     """One sentence: the fault type in the component, the key metric or keyword and how it moved (in how many
-    pods), then the other keys of its own evidence, of other signals than the key's first (`diverse`), and what a
-    check of it found besides (`checked`)."""
+    pods), then the other keys of its own evidence, of other signals than the key's first (`diverse`) among those
+    at least `STRONG` of the strongest's strength (a second measure of a strong signal says more than a weak
+    signal), and what a check of it found besides (`checked`)."""
     own = _own(evidence)
     first = next((e for e in own if e.key == key), None)
     pods = len({e.component for e in own if e.key == key})
     head = f"{fault_type[:1].upper()}{fault_type[1:]} in {component}: {key}" + (moved(first) if first else "")
     head += f" in {pods} pods" if pods > 1 else ""
-    others = [k for k in diverse(list(dict.fromkeys([key, *(e.key for e in own)]))) if k != key][:CORROBORATION]
+    strength: dict[str, float] = {}
+    for e in own:
+        strength[e.key] = max(strength.get(e.key, 0.0), e.blame)
+    keys = list(dict.fromkeys([key, *(e.key for e in own)]))
+    strong = [k for k in keys if strength.get(k, 0.0) >= STRONG * max(strength.values(), default=0.0)]
+    others = [k for k in diverse(strong) + [k for k in keys if k not in strong] if k != key][:CORROBORATION]
     others += [k for k in dict.fromkeys(checked) if k != key and k not in others][:CHECKED]
     while others and len(f"{head}; also {', '.join(others)}.".split()) > REASON_WORDS:
         others.pop()

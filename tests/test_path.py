@@ -118,3 +118,18 @@ def test_a_reason_names_one_key_of_each_signal_before_a_second_of_any():
     said = reason("a-0", "pod failure", "pod_processes", evidence)
     assert said.split("; also ")[1].rstrip(".").split(", ") == ["pod_cpu_usage", "pod_network_receive_bytes",
                                                                 "response", "error"]
+
+
+def test_a_reason_names_a_second_measure_of_a_strong_signal_before_a_weak_signal():
+    """Seen on the real Train Ticket day: a CPU contention's reason named the pod's memory (a tenth as strong)
+    before CpuUsageRate(%), the key metric the truth lists, as strong as CpuUsage(m)."""
+    from reasoner.rank import reason
+
+    def item(kind, signal, score, key):
+        return Item("b", kind, score, key, f"{key} of b", signal)
+
+    evidence = [item("trace", "link", 0.73, "call latency"), item("metric", "cpu", 0.6, "CpuUsage(m)"),
+                item("metric", "cpu", 0.6, "CpuUsageRate(%)"), item("metric", "traffic", 0.17, "PodWorkload(Ops)"),
+                item("metric", "memory", 0.11, "MemoryUsage(Mi)")]
+    said = reason("b", "cpu stress", "call latency", evidence)
+    assert said.split("; also ")[1].rstrip(".").split(", ")[:2] == ["CpuUsage(m)", "CpuUsageRate(%)"]
