@@ -78,8 +78,9 @@ def reason(component: str, fault_type: str, key: str, evidence: list, checked: S
     strength: dict[str, float] = {}
     for e in own:
         strength[e.key] = max(strength.get(e.key, 0.0), e.blame)
+    floor = STRONG * max(strength.values(), default=0.0)
     keys = list(dict.fromkeys([key, *(e.key for e in own)]))
-    strong = [k for k in keys if strength.get(k, 0.0) >= STRONG * max(strength.values(), default=0.0)]
+    strong = [k for k in keys if strength.get(k, 0.0) >= floor]
     others = [k for k in diverse(strong) + [k for k in keys if k not in strong] if k != key][:CORROBORATION]
     others += [k for k in dict.fromkeys(checked) if k != key and k not in others][:CHECKED]
     while others and len(f"{head}; also {', '.join(others)}.".split()) > REASON_WORDS:
