@@ -170,13 +170,13 @@ def test_paths_that_hold_are_no_evidence(tiny):
     assert events.collect(logged_traces(tiny), window()) == []
 
 
-
 def test_a_branch_taken_two_times_in_three_at_one_request_a_minute_is_no_change(tiny):
     """Seen at a hundredth of a day's traffic: an operation that ran once a minute took one branch two times in
     three; the median of its minutes' shares (each 0 or 1) said it always had, and every window found it changed."""
     def shape(i, k):
         return [("front", None, "op", [FRONT[0], FRONT[1] if i % 3 else "F.c.FrontController#30"])] if k == 0 else []
     assert events.collect(shaped(tiny, shape), window()) == []
+
 
 LOG_HEADER = "Timestamp,TimeUnixNano,Node,PodName,Container,TraceID,SpanID,Log\n"
 TRACE_HEADER = "TraceID,SpanID,ParentID,PodName,OperationName,StartTimeUnixNano,EndTimeUnixNano,Duration\n"

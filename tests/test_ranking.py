@@ -176,7 +176,6 @@ def test_a_process_count_at_zero_for_a_minute_of_a_longer_window_is_a_process_th
     assert [(i.key, i.signal) for i in silence.collect(tiny.done(), w)] == [("pod_processes", "silence")]
 
 
-
 def test_a_store_that_begins_just_before_the_window_still_sees_what_stops(tiny):
     """Seen on a store of one hour of 10,000 pods: a pod failed ten minutes into the hour; silence asked for
     values in most minutes of the hour before the window, which the store never had, and the dead pod's bytes at
@@ -187,6 +186,7 @@ def test_a_store_that_begins_just_before_the_window_still_sees_what_stops(tiny):
     tiny.con.execute("delete from metric_points where ts < ?", [START - dt.timedelta(minutes=10)])
     items = silence.collect(tiny.done(), Window(START, END))
     assert {(i.component, i.signal) for i in items} == {("x-0", "traffic"), ("y-0", "silence")}
+
 
 def test_what_is_left_falls_the_fault_s_way_and_errors_that_stop_are_a_recovery(tiny):
     """Seen on a simulated day: a service's steady errors stopped, and read as traffic that fell they made a
@@ -445,7 +445,6 @@ def test_a_line_that_names_another_service_reports_that_service_not_its_logger(t
     assert [(i.component, i.echo) for i in items if "host" in i.line] == [("seat-config-0", False)]
 
 
-
 def test_where_a_line_was_written_is_no_word_of_what_it_says(tiny):
     """Seen at a hundredth of a Train Ticket day: a few more cancellations a minute made every line of
     `c.s.CancelServiceImpl#<NUM>` surge, and 'Cancel' in its logger's name made them error lines: the cancel
@@ -457,6 +456,7 @@ def test_where_a_line_was_written_is_no_word_of_what_it_says(tiny):
     items = logs.collect(tiny.done(), Window(START, END))
     assert len({i.score for i in items}) == 1
     assert [i.key for i in items] == ["refunded", "refunded"]
+
 
 def test_a_caller_s_self_time_is_its_wait_on_a_slow_call_however_few_its_calls(tiny):
     """Seen on a Train Ticket day: a caller's spans took a second longer while its calls into the delayed
@@ -519,7 +519,6 @@ def test_replicas_whose_own_anomalies_are_alike_carry_the_fault_together_though_
     assert (top.component, top.level) == ("shipping-0", "pod")
 
 
-
 def test_a_consumers_lag_that_rose_with_the_messages_it_took_is_its_producers_load():
     """Seen on a simulated OpenTelemetry demo at a hundredth of its traffic: users flooded the homepage, every
     service took three times the load, and the Kafka consumers' lag rose with the orders they took; read as
@@ -541,6 +540,7 @@ def test_a_consumers_lag_that_rose_with_the_messages_it_took_is_its_producers_lo
     assert rank(flood, g, {}, set())[0].component == "web"
     stall = [item("billing", "traffic", 0.25, fell=True), item("billing", "lag", 0.26), item("web", "cpu", 0.2)]
     assert rank(stall, g, {}, set())[0].component == "billing"
+
 
 def test_a_dead_process_names_a_pod_failure_before_the_traffic_it_stopped_serving():
     """Both stopped in the window, equally sure: the process that is gone is the fault's key, the CPU and bytes
