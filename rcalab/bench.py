@@ -337,13 +337,19 @@ def _figure(height: float, columns: int = 1):
 
 
 def rank_plot(result: dict) -> tuple:
-    """Top-1 per fault type of every set, as bars: where a set's misses are."""
-    bars = [(f"{name}: {fault}", t["top1"]) for name, r in result.items() for fault, t in r["per_type"].items()]
-    plt, fig, ax = _figure(0.22 * len(bars) + 1)
-    ax.barh([b for b, _ in bars][::-1], [v for _, v in bars][::-1], color="tab:blue")
+    """Top-1 per fault type of every set, as bars coloured by set: where a set's misses are."""
+    bars = [(name, fault, t["top1"]) for name, r in result.items() for fault, t in r["per_type"].items()]
+    plt, fig, ax = _figure(0.2 * len(bars) + 1)
+    colours = dict(zip(result, plt.rcParams["axes.prop_cycle"].by_key()["color"] * len(result)))
+    rows = range(len(bars), 0, -1)
+    for name in result:
+        mine = [(row, top1) for row, (set_, _, top1) in zip(rows, bars) if set_ == name]
+        ax.barh([row for row, _ in mine], [top1 for _, top1 in mine], color=colours[name], label=name)
+    ax.set_yticks(list(rows), [fault for _, fault, _ in bars], fontsize=7)
+    ax.set_ylim(0.4, len(bars) + 0.6)
     ax.set_xlim(0, 1)
     ax.set_xlabel("top-1 (the cause ranked first)")
-    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1), ncols=3, fontsize=7, frameon=False)
     return plt, fig
 
 
