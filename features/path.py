@@ -17,7 +17,7 @@ import duckdb
 import networkx as nx
 
 from .evidence import MIN_RATIO, Item, Window
-from .evidence.traces import ERROR_RISE, call_figures
+from .evidence.traces import ERROR_RISE, call_figures, failing
 from .graph import call_edges, entries
 from .ranker import Ranking, strength
 
@@ -162,8 +162,8 @@ def calls_by_edge(con, w: Window) -> dict[tuple[str, str], dict]:
 
 
 def failed(call: dict) -> bool:
-    """A traced call's error share rose in the window."""
-    return call["err"] - call["err_before"] >= ERROR_RISE
+    """A traced call's errors rose in the window (`failing`)."""
+    return failing(call["errors"], call["calls"], call["errors_before"], call["calls_before"])
 
 
 def slowed(call: dict) -> bool:

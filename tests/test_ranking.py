@@ -420,6 +420,17 @@ def test_a_latency_that_grew_by_less_than_half_is_no_evidence_however_smooth_its
     assert not faulty_change("node_cpu_usage_rate", 20, 16)
 
 
+def test_one_failed_call_of_a_few_is_chance_where_calls_fail_now_and_then():
+    """Seen on a simulated Train Ticket schedule: '0% -> 20% of 5 calls' (one failed call) outranked a wrong
+    return's cause. A rise counts where so many errors would be unlikely at the baseline's rate."""
+    assert not traces.failing(1, 5, 0, 100)  # one of five, where a hundred calls before had none
+    assert not traces.failing(1, 5, 3, 100)
+    assert traces.failing(3, 5, 0, 100)
+    assert traces.failing(30, 300, 0, 3000)  # ten percent of many calls is no chance
+    assert not traces.failing(3, 300, 0, 3000)  # one percent is under the rise that counts
+    assert traces.failing(3, 3, 0, 0)  # a call with no baseline is judged on its rise
+
+
 def test_a_resource_share_that_took_most_of_its_headroom_is_strong_evidence_however_smooth_its_series():
     """Seen on make demo's day: node CPU 16% -> 92% scored a z of 16 only (the scale floor caps z), and the
     node CPU stress was missed. The share of the headroom a rise took needs no scale of its own."""

@@ -10,7 +10,8 @@
   calls into that end (the span offset) got slower too, the link is named as Nezha names that measure,
   NetworkP90(ms) of the callee;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
-  and calls that get no answer at all.
+  and calls that get no answer at all; a rise counts where so many errors would be unlikely at the baseline's
+  rate (one failed call of five is chance where calls fail now and then).
 The baseline is the median minute of the other traced minutes within `TRACE_REACH`.
 """
 
@@ -19,12 +20,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from scipy.stats import binom
+
 from . import GAP, MIN_RATIO, TRACE_REACH, Item, Window, fmt, rows
 
 RATIO_FULL = 100.0  # a latency ratio this high scores 1; scores grow with the ratio's logarithm
 MIN_CALLS = 3
 MIN_DELTA_US = 2000  # a latency rise below this is noise whatever the ratio
 ERROR_RISE = 0.05
+SURPRISE = 0.01  # a rise in errors counts where as many errors at the baseline's rate have at most this chance
 NETWORK_SHARE = 0.5  # a slow link's gap carries at least this share of its call's slowdown
 
 
@@ -33,6 +37,16 @@ def _ratio_score(during: float, before: float) -> float:
     if ratio < MIN_RATIO or during - before < MIN_DELTA_US:
         return 0.0
     return min(1.0, math.log(ratio) / math.log(RATIO_FULL))
+
+
+def failing(errors: float, calls: float, errors_before: float, calls_before: float) -> bool:
+    """Whether calls' errors rose: by `ERROR_RISE` of them, and, where the baseline has calls, more than chance at
+    its rate (its Jeffreys estimate, so a baseline of few calls and no error is no certainty of none)."""
+    errors = errors or 0
+    if not calls or errors / calls - errors_before / max(calls_before, 1) < ERROR_RISE:
+        return False
+    return not calls_before or binom.sf(round(errors) - 1, round(calls),
+                                        (errors_before + 0.5) / (calls_before + 1)) <= SURPRISE
 
 
 def _params(w: Window) -> dict:
@@ -55,6 +69,8 @@ def collect(con, w: Window) -> list[Item]:
                        from span_self_minute where {MINUTES} group by minute, service)
             select service, sum(spans) filter (where during) as spans,
                    median(self_p95) filter (where during) as during, median(self_p95) filter (where not during) as before,
+                   sum(origin) filter (where during) as origin, coalesce(sum(spans) filter (where not during), 0)
+                   as spans_before, coalesce(sum(origin) filter (where not during), 0) as origin_before,
                    sum(origin) filter (where during) / sum(spans) filter (where during) as err,
                    coalesce(sum(origin) filter (where not during) / sum(spans) filter (where not during), 0) as err_before
             from m group by service having sum(spans) filter (where during) >= $min_calls""", _params(w)):
@@ -62,7 +78,7 @@ def collect(con, w: Window) -> list[Item]:
             score = _ratio_score(s["during"], s["before"])
             if score:
                 selves.append((score, s))
-        if s["err"] - s["err_before"] >= ERROR_RISE:
+        if failing(s["origin"], s["spans"], s["origin_before"], s["spans_before"]):
             items.append(Item(s["service"], "trace", min(1.0, s["err"] - s["err_before"]) ** 0.5, "error spans",
                               f"trace errors start in {s['service']}: {s['err_before']:.0%} -> {s['err']:.0%} of spans",
                               "error origin"))
@@ -71,7 +87,7 @@ def collect(con, w: Window) -> list[Item]:
     slow = {(e["caller"], e["callee"]): _link_score(e) for e in edges}
     for e in edges:
         rise = e["err"] - e["err_before"]
-        if rise >= ERROR_RISE:
+        if failing(e["errors"], e["calls"], e["errors_before"], e["calls_before"]):
             answer = ", no answer from callee" if not e["answered"] else ""
             items.append(Item(e["callee"], "trace", min(1.0, rise) ** 0.5, "error calls",
                               f"trace {e['caller']} -> {e['callee']}: errors {e['err_before']:.0%} -> {e['err']:.0%} "
@@ -98,6 +114,8 @@ def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
                           count(callee_pod) as answered
                    from trace_edge_minute where {MINUTES} and callee is not null group by all)
         select caller, callee, sum(calls) filter (where during) as calls,
+               sum(errors) filter (where during) as errors, coalesce(sum(calls) filter (where not during), 0)
+               as calls_before, coalesce(sum(errors) filter (where not during), 0) as errors_before,
                sum(errors) filter (where during) / sum(calls) filter (where during) as err,
                coalesce(sum(errors) filter (where not during) / sum(calls) filter (where not during), 0) as err_before,
                median(gap) filter (where during) as gap, median(gap) filter (where not during) as gap_before,
