@@ -235,8 +235,8 @@ def links(system: System) -> list[tuple[str, str]]:
 TRAITS = {
     "jvm": ("services on a JVM", lambda c, fault: c.kind == "service" and c.language in JVM),
     "io": ("parts with io metrics", lambda c, fault: any("io" in k.roles for k in c.kpis.values())),
-    "code": ("services whose operations log code positions (and, for a wrong return, a step with another branch, "
-             "`else`)", lambda c, fault: bool(code_site(c, fault))),
+    "code": ("services with an operation that logs two code positions in a row (for a wrong return, the second a "
+             "step with another branch, `else`)", lambda c, fault: bool(code_site(c, fault))),
     "consumer": ("services that consume a topic", lambda c, fault: any(op.consumes for op in c.operations.values())),
     "producer": ("services that publish to a topic",
                  lambda c, fault: any(s.publish for op in c.operations.values() for s in op.steps)),
