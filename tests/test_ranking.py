@@ -422,11 +422,13 @@ def test_a_latency_that_grew_by_less_than_half_is_no_evidence_however_smooth_its
 
 def test_one_failed_call_of_a_few_is_chance_where_calls_fail_now_and_then():
     """Seen on a simulated Train Ticket schedule: '0% -> 20% of 5 calls' (one failed call) outranked a wrong
-    return's cause. A rise counts where so many errors would be unlikely at the baseline's rate."""
-    assert not traces.failing(1, 5, 0, 100)  # one of five, where a hundred calls before had none
-    assert not traces.failing(1, 5, 3, 100)
-    assert traces.failing(3, 5, 0, 100)
-    assert traces.failing(30, 300, 0, 3000)  # ten percent of many calls is no chance
+    return's cause. A rise counts where so many errors would be unlikely at the baseline's rate, the level shared
+    among the calls a window tests."""
+    assert not traces.failing(1, 5, 3, 100)  # one of five, where calls failed now and then
+    assert traces.failing(1, 6, 0, 312)  # one of six, where 312 calls before had none...
+    assert not traces.failing(1, 6, 0, 312, tested=50)  # ...is chance among the fifty calls a window tests
+    assert traces.failing(3, 5, 0, 100, tested=50)
+    assert traces.failing(30, 300, 0, 3000, tested=50)  # ten percent of many calls is no chance
     assert not traces.failing(3, 300, 0, 3000)  # one percent is under the rise that counts
     assert traces.failing(3, 3, 0, 0)  # a call with no baseline is judged on its rise
 

@@ -11,7 +11,7 @@
   NetworkP90(ms) of the callee;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
   and calls that get no answer at all; a rise counts where so many errors would be unlikely at the baseline's
-  rate (one failed call of five is chance where calls fail now and then).
+  rate, the test's level shared among the calls a window tests (one failed call of six is chance among fifty).
 The baseline is the median minute of the other traced minutes within `TRACE_REACH`.
 """
 
@@ -28,7 +28,8 @@ RATIO_FULL = 100.0  # a latency ratio this high scores 1; scores grow with the r
 MIN_CALLS = 3
 MIN_DELTA_US = 2000  # a latency rise below this is noise whatever the ratio
 ERROR_RISE = 0.05
-SURPRISE = 0.01  # a rise in errors counts where as many errors at the baseline's rate have at most this chance
+SURPRISE = 0.05  # a rise in errors counts where as many at the baseline's rate have at most this chance, shared
+                 # among the calls (or services) a window tests
 NETWORK_SHARE = 0.5  # a slow link's gap carries at least this share of its call's slowdown
 
 
@@ -39,14 +40,15 @@ def _ratio_score(during: float, before: float) -> float:
     return min(1.0, math.log(ratio) / math.log(RATIO_FULL))
 
 
-def failing(errors: float, calls: float, errors_before: float, calls_before: float) -> bool:
+def failing(errors: float, calls: float, errors_before: float, calls_before: float, tested: int = 1) -> bool:
     """Whether calls' errors rose: by `ERROR_RISE` of them, and, where the baseline has calls, more than chance at
-    its rate (its Jeffreys estimate, so a baseline of few calls and no error is no certainty of none)."""
+    its rate (its Jeffreys estimate, so a baseline of few calls and no error is no certainty of none), the level
+    shared among the `tested` calls."""
     errors = errors or 0
     if not calls or errors / calls - errors_before / max(calls_before, 1) < ERROR_RISE:
         return False
     return not calls_before or binom.sf(round(errors) - 1, round(calls),
-                                        (errors_before + 0.5) / (calls_before + 1)) <= SURPRISE
+                                        (errors_before + 0.5) / (calls_before + 1)) <= SURPRISE / tested
 
 
 def _params(w: Window) -> dict:
@@ -63,7 +65,7 @@ DURING = "minute between $start and $end"
 
 def collect(con, w: Window) -> list[Item]:
     items, selves = [], []
-    for s in rows(con, f"""
+    services = rows(con, f"""
             with m as (select {DURING} as during, service, sum(spans) as spans, sum(origin_errors) as origin,
                               max(self_p95_us) as self_p95
                        from span_self_minute where {MINUTES} group by minute, service)
@@ -73,12 +75,13 @@ def collect(con, w: Window) -> list[Item]:
                    as spans_before, coalesce(sum(origin) filter (where not during), 0) as origin_before,
                    sum(origin) filter (where during) / sum(spans) filter (where during) as err,
                    coalesce(sum(origin) filter (where not during) / sum(spans) filter (where not during), 0) as err_before
-            from m group by service having sum(spans) filter (where during) >= $min_calls""", _params(w)):
+            from m group by service having sum(spans) filter (where during) >= $min_calls""", _params(w))
+    for s in services:
         if s["before"] is not None:
             score = _ratio_score(s["during"], s["before"])
             if score:
                 selves.append((score, s))
-        if failing(s["origin"], s["spans"], s["origin_before"], s["spans_before"]):
+        if failing(s["origin"], s["spans"], s["origin_before"], s["spans_before"], len(services)):
             items.append(Item(s["service"], "trace", min(1.0, s["err"] - s["err_before"]) ** 0.5, "error spans",
                               f"trace errors start in {s['service']}: {s['err_before']:.0%} -> {s['err']:.0%} of spans",
                               "error origin"))
@@ -87,7 +90,7 @@ def collect(con, w: Window) -> list[Item]:
     slow = {(e["caller"], e["callee"]): _link_score(e) for e in edges}
     for e in edges:
         rise = e["err"] - e["err_before"]
-        if failing(e["errors"], e["calls"], e["errors_before"], e["calls_before"]):
+        if failing(e["errors"], e["calls"], e["errors_before"], e["calls_before"], len(edges)):
             answer = ", no answer from callee" if not e["answered"] else ""
             items.append(Item(e["callee"], "trace", min(1.0, rise) ** 0.5, "error calls",
                               f"trace {e['caller']} -> {e['callee']}: errors {e['err_before']:.0%} -> {e['err']:.0%} "
