@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .evidence import Item
-from .ranker import MISSING_CALLS
+from .ranker import METRIC_KINDS, MISSING_CALLS
 
 # Evidence the ranker made from other components' (a caller's missing calls, from its callees' falls): no check of
 # the component itself reads it, so none can find it gone.
@@ -54,8 +54,8 @@ def fault_type(item: Item, level: str) -> str:
         word = next((t for pattern, t in WORDS if pattern.search(item.text)), None)
         if word:
             return word
-    if item.kind == "silence":  # what stops: a dead process, a pod that is gone
-        return "pod failure"
+    if item.kind == "silence":  # what stops: a pod that is gone, or a process that died and was started again
+        return "pod kill" if item.back else "pod failure"
     if item.fell and item.signal in ("memory", "processes") and level != "node":  # a container started afresh
         return "pod kill"  # (a node's available memory that falls is its memory filling)
     pair = BY_SIGNAL.get(item.signal, ("code error", "code error"))
@@ -66,9 +66,14 @@ def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
     if any(i.signal in ("cpu", "processes") and not i.fell for i in evidence):
         # A component's own latency and self time are what its cpu rising produces: the cpu names the fault.
         evidence = sorted(evidence, key=lambda i: i.signal in ("latency", "self time"))
+    # A process that was started again after its memory rose was killed for its memory (out of memory).
+    grew = next((i for i in evidence
+                 if i.signal == "memory" and i.kind in METRIC_KINDS and not i.fell and not i.echo), None)
     found: dict[str, Option] = {}
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
+        if item.back and grew:
+            kind, item = "memory stress", grew
         if kind not in found:
             found[kind] = Option(kind, item.key, item.text, DERIVED if item.signal == MISSING_CALLS else item.kind)
         if len(found) == limit:

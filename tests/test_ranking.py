@@ -4,6 +4,7 @@ echoed by its callers, a vanished template, a slow link."""
 
 import datetime as dt
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -174,6 +175,23 @@ def test_a_process_count_at_zero_for_a_minute_of_a_longer_window_is_a_process_th
     tiny.series("x-0", "pod_cpu_usage", 0.2, fault=0)  # activity at 0 for two minutes: noise, or nobody called
     w = Window(START - dt.timedelta(minutes=8), START + dt.timedelta(minutes=1))  # two of its minutes at 0
     assert [(i.key, i.signal) for i in silence.collect(tiny.done(), w)] == [("pod_processes", "silence")]
+
+
+def test_a_process_that_died_and_came_back_was_killed_and_one_that_stays_dead_failed(tiny):
+    """Seen on simulated Train Ticket and HipsterShop schedules: every pod kill (a window of one second) and every
+    container killed for its memory was named a pod failure. A process back within minutes was started again."""
+    tiny.series("x-0", "pod_processes", 2, fault=0)
+    tiny.series("y-0", "pod_processes", 2, fault=0)
+    tiny.con.execute("update metric_points set value = 2 where component = 'x-0' and ts >= ?",
+                     [START + dt.timedelta(minutes=2)])
+    moment = Window(START, START + dt.timedelta(seconds=1))
+    assert {i.component: i.back for i in silence.collect(tiny.done(), moment)} == {"x-0": True, "y-0": False}
+    killed = Item("x-0", "silence", 1.0, "pod_processes", "silence pod_processes of x-0: 2 -> 0", "silence", back=True)
+    assert options([killed], "pod")[0].fault_type == "pod kill"
+    assert options([replace(killed, back=False)], "pod")[0].fault_type == "pod failure"
+    grew = Item("x-0", "metric", 0.5, "pod_memory_working_set_bytes", "300M -> 1.4G", "memory")
+    oom = options([killed, grew], "pod")[0]
+    assert (oom.fault_type, oom.key) == ("memory stress", "pod_memory_working_set_bytes")
 
 
 def test_a_store_that_begins_just_before_the_window_still_sees_what_stops(tiny):

@@ -56,6 +56,7 @@ class Item:
     peer: str | None = None  # a slow link's other end
     line: str = ""  # a log item's template with its placeholders filled from a line of it, whole
     logged: bool = False  # an event item's pair is of two log lines (read in the logs, not the spans)
+    back: bool = False  # a silence of a process that died in the window and was back before its end: a restart
 
     @property
     def blame(self) -> float:

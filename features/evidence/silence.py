@@ -4,6 +4,8 @@ A failed pod, a dead TiDB part or a killed process says more by what stops than 
 
 from __future__ import annotations
 
+import datetime as dt
+
 from . import BASELINE, GAP, SIGNALS, Item, Window, faulty_change, fmt, rows, signal_of
 
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
@@ -16,6 +18,10 @@ ZEROS = 0.1  # and be zero in at most this share of them
 # A process count or an up flag says the process died in any minute it reads 0, however short the window's part:
 # a killed pod is back within a minute or two, and the median of a longer window would not see it go.
 DIES = {"processes", "up"}
+# A process that died and is back within this long of the window's start was started again (a pod killed and
+# replaced, a container killed for its memory), not gone: Kubernetes restarts a container at once. A pod kill's
+# window is a moment (the challenge gives it one second), so the minutes after it say whether the pod came back.
+RESTART = dt.timedelta(minutes=5)
 DEAD = "(?i)" + "|".join(f"(?:{pattern.pattern})" for pattern, name in SIGNALS if name in DIES)
 
 
@@ -24,8 +30,10 @@ def collect(con, w: Window) -> list[Item]:
     for m in rows(con, """
             with had as (select count(distinct date_trunc('minute', ts)) as n from metric_anomaly
                          where ts >= $lo and ts < $hi),
-                 d as (select component, metric, median(value) as during, min(value) as least
-                       from metric_anomaly where ts >= $start and ts <= $end group by all),
+                 d as (select component, metric, median(value) filter (where ts <= $end) as during,
+                              min(value) filter (where ts <= $end) as least, arg_max(value, ts) as last
+                       from metric_anomaly where ts >= $start and ts <= $until group by all
+                       having count(*) filter (where ts <= $end) > 0),
                  before as (select * from metric_anomaly
                             anti join (select * from d where during <> 0
                                        and (least <> 0 or not regexp_matches(metric, $dead)))
@@ -38,9 +46,11 @@ def collect(con, w: Window) -> list[Item]:
                        having quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
                        and count(distinct date_trunc('minute', ts)) >= $present * (select n from had)
                        and (select n from had) >= $least)  -- and hardly ever missing
-            select b.component, b.metric, b.before, d.during, d.least from b left join d using (component, metric)
+            select b.component, b.metric, b.before, d.during, d.least, d.last
+            from b left join d using (component, metric)
             where exists (select 1 from d)""",
-                  {"start": w.start, "end": w.end, "lo": w.start - BASELINE, "hi": w.start - GAP,
+                  {"start": w.start, "end": w.end, "until": max(w.end, w.start + RESTART),
+                   "lo": w.start - BASELINE, "hi": w.start - GAP,
                    "present": PRESENT, "least": LEAST_MINUTES, "zeros": ZEROS, "dead": DEAD}):
         measures = signal_of(m["metric"])
         if m["during"] and not (measures in DIES and m["least"] == 0):
@@ -55,7 +65,7 @@ def collect(con, w: Window) -> list[Item]:
         gone = (m["during"] is None and measures != "latency") or measures in ("memory", "processes", "up")
         items.append(Item(m["component"], "silence", 1.0, m["metric"],
                           f"silence {m['metric']} of {m['component']}: {fmt(m['before'])} -> {during}",
-                          "silence" if gone else "traffic"))
+                          "silence" if gone else "traffic", back=measures in DIES and bool(m["last"])))
     min_rate = MIN_EXPECTED / max((w.end - w.start).total_seconds() / 60, 1)
     # From the minute tables: the lines a component logged, the spans a pod served, steady over the whole hour
     # before: lines and spans come a request's at a time, and a dump may keep them only around incidents (the
