@@ -162,7 +162,9 @@ def calls_by_edge(con, w: Window) -> dict[tuple[str, str], dict]:
 
 
 def failed(call: dict) -> bool:
-    """A traced call's errors rose in the window (`failing`)."""
+    """A traced call's errors rose in the window (`failing`), tested at the full level: a path asks about the few
+    calls it walks, where the evidence family shares the level among every call a window tests, so a hop's call may
+    read as failed though the family counted it as chance."""
     return failing(call["errors"], call["calls"], call["errors_before"], call["calls_before"])
 
 

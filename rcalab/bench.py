@@ -4,6 +4,7 @@ days), the library functions that measure them, and the tables that show their r
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -340,7 +341,7 @@ def rank_plot(result: dict) -> tuple:
     """Top-1 per fault type of every set, as bars coloured by set: where a set's misses are."""
     bars = [(name, fault, t["top1"]) for name, r in result.items() for fault, t in r["per_type"].items()]
     plt, fig, ax = _figure(0.2 * len(bars) + 1)
-    colours = dict(zip(result, plt.rcParams["axes.prop_cycle"].by_key()["color"] * len(result)))
+    colours = dict(zip(result, itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])))
     rows = range(len(bars), 0, -1)
     for name in result:
         mine = [(row, top1) for row, (set_, _, top1) in zip(rows, bars) if set_ == name]

@@ -72,11 +72,10 @@ def collect(con, w: Window) -> list[Item]:
             select service, sum(spans) filter (where during) as spans,
                    median(self_p95) filter (where during) as during, median(self_p95) filter (where not during) as before,
                    sum(origin) filter (where during) as origin, coalesce(sum(spans) filter (where not during), 0)
-                   as spans_before, coalesce(sum(origin) filter (where not during), 0) as origin_before,
-                   sum(origin) filter (where during) / sum(spans) filter (where during) as err,
-                   coalesce(sum(origin) filter (where not during) / sum(spans) filter (where not during), 0) as err_before
+                   as spans_before, coalesce(sum(origin) filter (where not during), 0) as origin_before
             from m group by service having sum(spans) filter (where during) >= $min_calls""", _params(w))
     for s in services:
+        _shares(s, "origin", "spans")
         if s["before"] is not None:
             score = _ratio_score(s["during"], s["before"])
             if score:
@@ -111,7 +110,7 @@ def collect(con, w: Window) -> list[Item]:
 def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
     """Each traced call (caller -> callee) with at least `min_calls` calls in the window: errors, gap, return leg
     and p95 there and in the baseline."""
-    return rows(con, f"""
+    edges = rows(con, f"""
         with e as (select {DURING} as during, minute, caller, callee, sum(calls) as calls, sum(errors) as errors,
                           max(gap_p95_us) as gap, max(offset_p90_us) as ret, max(p95_us) as p95,
                           count(callee_pod) as answered
@@ -119,8 +118,6 @@ def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
         select caller, callee, sum(calls) filter (where during) as calls,
                sum(errors) filter (where during) as errors, coalesce(sum(calls) filter (where not during), 0)
                as calls_before, coalesce(sum(errors) filter (where not during), 0) as errors_before,
-               sum(errors) filter (where during) / sum(calls) filter (where during) as err,
-               coalesce(sum(errors) filter (where not during) / sum(calls) filter (where not during), 0) as err_before,
                median(gap) filter (where during) as gap, median(gap) filter (where not during) as gap_before,
                median(ret) filter (where during) as ret,
                median(ret) filter (where not during) as ret_before,
@@ -128,6 +125,15 @@ def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
                sum(answered) filter (where during) as answered
         from e group by caller, callee having sum(calls) filter (where during) >= $min_calls
         order by caller, callee""", {**_params(w), "min_calls": min_calls})  # the first of equal links wins, the same one every run
+    for e in edges:
+        _shares(e, "errors", "calls")
+    return edges
+
+
+def _shares(row: dict, errors: str, calls: str) -> None:
+    """The error shares of a row of counts: `err` in the window, `err_before` in the baseline (0 without calls)."""
+    row["err"] = (row[errors] or 0) / row[calls]
+    row["err_before"] = row[f"{errors}_before"] / row[f"{calls}_before"] if row[f"{calls}_before"] else 0.0
 
 
 def _link_score(e: dict) -> float:
