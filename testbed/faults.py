@@ -22,7 +22,7 @@ from rcalab.errors import ScheduleError
 
 from .system import Component, System
 from .topology import Topology
-from .workload import MINUTES, Day, LogBurst, PathBreak, derive_node_kpis
+from .workload import MINUTES, Day, LogBurst, PathBreak, derive_node_kpis, operations_per_entry_request
 
 # gRPC failures: kind -> (status name, status code, description). `{ip}`/`{port}` are the callee's.
 ERRORS = {
@@ -176,7 +176,7 @@ class Fault:
         service = topo.service_of.get(target.pods[0], "") if target.pods and not target.edge else ""
         comp = topo.system.components.get(service)
         method = next((op.method or name for name, op in comp.operations.items()), "") if comp else ""
-        site = code_site(comp, self.name) if comp and "code" in self.acts_on else None
+        site = busiest_site(topo.system, service, self.name) if comp and "code" in self.acts_on else None
         pair = site[2] if site else ""
 
         callee = topo.system.components.get(target.edge[1] if target.edge else service)
@@ -200,13 +200,14 @@ class Fault:
 POSITION = re.compile(r"^(\S+#\d+)")  # a log line's code position (`logger#line`), where it opens with one
 
 
-def code_site(comp: Component, fault: str) -> tuple[str, int, str] | None:
-    """Where a code fault acts in a component: its operation with the most steps that has one to break, the step,
-    and the pair of code positions whose order it breaks (`A_B`: A was followed by B). An exception is thrown in the
-    middle of the operation, after a log step that a later log step follows (A that step, B the next); a wrong
-    return is a method's value that a step with another branch (`else`) tests (A the log step before it, B that
-    step)."""
-    for name, op in sorted(comp.operations.items(), key=lambda kv: -len(kv[1].steps)):
+def code_site(comp: Component, fault: str, served: dict[str, float] | None = None) -> tuple[str, int, str] | None:
+    """Where a code fault acts in a component: of its operations that have a step to break, the one that serves
+    the most requests (`served`, by operation), then the one with the most steps; the step, and the pair of code
+    positions whose order it breaks (`A_B`: A was followed by B). An exception is thrown in the middle of the
+    operation, after a log step that a later log step follows (A that step, B the next); a wrong return is a
+    method's value that a step with another branch (`else`) tests (A the log step before it, B that step)."""
+    served = served or {}
+    for name, op in sorted(comp.operations.items(), key=lambda kv: (-served.get(kv[0], 0.0), -len(kv[1].steps))):
         logs = [(i, POSITION.match(s.log)) for i, s in enumerate(op.steps) if s.log and POSITION.match(s.log)]
         pairs = list(zip(logs, logs[1:]))
         if fault == "exception" and pairs:
@@ -216,6 +217,13 @@ def code_site(comp: Component, fault: str) -> tuple[str, int, str] | None:
             if fault != "exception" and op.steps[j].otherwise:
                 return name, j, f"{a[1]}_{b[1]}"
     return None
+
+
+def busiest_site(system: System, service: str, fault: str) -> tuple[str, int, str] | None:
+    """The code site of a fault in a service (`code_site`) where the workload meets it: a fault injected in code no
+    request runs leaves nothing abnormal to diagnose."""
+    served = {op: n for (s, op), n in operations_per_entry_request(system).items() if s == service}
+    return code_site(system.components[service], fault, served)
 
 
 def matches(comp: Component, spec: str) -> bool:
@@ -741,7 +749,7 @@ def io_fault(day, target, sl, rng):
 def _break(day: Day, target: Target, sl: slice, rng, kind: str) -> None:
     """A share of the target operation's requests break at its code site (`code_site`), growing in a minute."""
     service = day.topo.service_of[target.pods[0]]
-    op, step, _ = code_site(day.topo.system.components[service], kind)
+    op, step, _ = busiest_site(day.topo.system, service, kind)
     share = np.zeros_like(day.own_err)
     share[sl, _idx(day, target.pods)] = _ramp(sl, rng, 0.5, 0.8)
     day.breaks.setdefault((service, op), []).append(PathBreak(kind, step, share))

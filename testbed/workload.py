@@ -106,11 +106,20 @@ def calls_per_request(system: System) -> dict[str, dict[str, tuple[float, float]
 
 
 @cache
-def requests_per_entry_request(system: System) -> dict[str, float]:
-    out: dict[str, float] = {}
+def operations_per_entry_request(system: System) -> dict[tuple[str, str], float]:
+    """Mean number of times each (service, operation) serves a request per request at the entry."""
+    out: dict[tuple[str, str], float] = {}
     for flow in flows(system):
         for node, share in zip(flow.nodes, reach(flow)):
-            out[node.service] = out.get(node.service, 0.0) + share * flow.share
+            out[node.service, node.method] = out.get((node.service, node.method), 0.0) + share * flow.share
+    return out
+
+
+@cache
+def requests_per_entry_request(system: System) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for (service, _), n in operations_per_entry_request(system).items():
+        out[service] = out.get(service, 0.0) + n
     return out
 
 

@@ -17,7 +17,7 @@ from features.digest import build_digest
 from features.refresh import nightly
 from etl import store
 from rcalab.cli import cli
-from testbed.faults import get
+from testbed.faults import busiest_site, code_site, get
 from testbed.schedule import Case, format_time
 from testbed.simulate import simulate
 from testbed.system import load, shipped_names
@@ -113,6 +113,19 @@ def test_every_shipped_system_loads_and_names_what_it_simulates():
     for name in shipped_names():
         system = load(name)
         assert system.entry in system.components and system.faults
+
+
+def test_a_code_fault_acts_where_requests_run(tmp_path):
+    """Of a service's operations with code positions to break, a code fault acts in the one the workload calls, not
+    in a longer one no request reaches (that fault would leave nothing abnormal to find)."""
+    shop = changed(SHOP, "components/orders/operations/Place/steps",
+                   [{"log": "o.Orders#10 placing order {id}"}, {"log": "o.Orders#20 placed {id}"},
+                    {"call": "db.INSERT"}, {"publish": "queue.orders"}])
+    shop = changed(shop, "components/orders/operations/Audit",
+                   {"steps": [{"log": f"o.Audit#{n} step {n}"} for n in (1, 2, 3, 4, 5, 6)]})
+    system = load(write(tmp_path, shop))
+    assert code_site(system.components["orders"], "exception")[0] == "Audit"
+    assert busiest_site(system, "orders", "exception") == ("Place", 0, "o.Orders#10_o.Orders#20")
 
 
 @pytest.fixture(scope="module")
