@@ -158,7 +158,8 @@ def store_run(scale: float = 0.01, days: int = 30, progress=lambda what: None) -
     with tempfile.TemporaryDirectory() as tmp:
         src, inc, db = Path(tmp) / "dump", Path(tmp) / "incoming", Path(tmp) / "store.duckdb"
         progress(f"store: simulating {days} days")
-        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(src), "--cases", str(24 * (days - 1) + 1),
+        # a case an hour from an hour into the first CST day: six on the last day, whose sixth is read
+        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(src), "--cases", str(24 * (days - 1) + 6),
                         "--scale", str(scale), "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
         folders = sorted(p for p in src.iterdir() if p.is_dir())
         questions = load_questions(src / "input.json")
