@@ -747,7 +747,7 @@ def io_fault(day, target, sl, rng):
 # --- code (Byteman rules in a method, as Nezha injects them) ------------------------------
 
 def _break(day: Day, target: Target, sl: slice, rng, kind: str) -> None:
-    """A share of the target operation's requests break at its code site (`code_site`), growing in a minute."""
+    """A share of the target operation's requests break at its code site (`busiest_site`), growing in a minute."""
     service = day.topo.service_of[target.pods[0]]
     op, step, _ = busiest_site(day.topo.system, service, kind)
     share = np.zeros_like(day.own_err)
