@@ -129,10 +129,16 @@ def down(items: list[Item]) -> bool:
     return any(it.signal in LIVENESS and (it.fell or it.kind == "silence") and not it.echo for it in items)
 
 
+def failed(items: list[Item]) -> bool:
+    """Whether a unit's own errors rose: calls reached it (or tried to) and failed there."""
+    return any(it.signal == "errors" and not it.echo for it in items)
+
+
 def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str, Item]]:
     """A caller that still serves but whose callees lost their traffic stopped calling them (an exception
     or a wrong return before the call): the callees' falls are evidence for the caller, unless the callee
-    is down itself (then no call could reach it, and its fall is its own)."""
+    is down itself (then no call could reach it, and its fall is its own) or its own errors rose (calls still
+    came, and failed there)."""
     calls = call_edges(g)
     found = []
     for caller in {a for a, _ in calls}:
@@ -140,7 +146,7 @@ def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str
             continue  # its own traffic fell too: its callers stopped calling it, or it is gone
         callees = [b for a, b in calls if a == caller]
         falls = [(max(it.score for it in units[b] if fell(it)), b) for b in callees
-                 if any(fell(it) for it in units.get(b, [])) and not down(units[b])]
+                 if any(fell(it) for it in units.get(b, [])) and not down(units[b]) and not failed(units[b])]
         if falls:
             score = max(s for s, _ in falls) * len(falls) / len(callees)
             names = ", ".join(sorted(b for _, b in falls))

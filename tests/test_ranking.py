@@ -244,6 +244,56 @@ def test_slow_links_to_several_callees_belong_to_the_one_caller_they_share(tiny)
     assert [i.component for i in links] == ["b"] and "3 of 3 calls from b slow" in links[0].text
 
 
+def unanswered(tiny: Tiny, calls: dict[str, list[str]], lost: set[tuple[str, str]]):
+    """Each caller's client calls into its callees, four a minute, each answered by a span of the callee, but in the
+    window the calls `lost` (caller, callee) fail with no answer (connection refused, no such host)."""
+    rows = []
+    for i in range(MINUTES):
+        ts = T0 + dt.timedelta(minutes=i)
+        for caller, callees in calls.items():
+            for callee in callees:
+                for k in range(4):
+                    span = f"{caller}-{callee}-{i}-{k}"
+                    gone = during(i) and (caller, callee) in lost
+                    rows += [(span, f"{span}-s", None, ts, 30_000, caller, f"{caller}-0", "op", "server", 2 if gone else None, None),
+                             (span, f"{span}-c", f"{span}-s", ts, 20_000, caller, f"{caller}-0", "call", "client",
+                              2 if gone else None, callee)]
+                    if not gone:
+                        rows.append((span, f"{span}-a", f"{span}-c", ts, 10_000, callee, f"{callee}-0", "op", "server",
+                                     None, None))
+    tiny.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, "
+                         "operation, kind, status_code, peer, node, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                         "'node-1', 1)", rows)
+    for service in {*calls, *(b for callees in calls.values() for b in callees)}:
+        tiny.place(f"{service}-0", service)
+    return tiny.done()
+
+
+def test_a_callee_that_no_call_reaches_is_not_up_whatever_its_caller_logs(tiny):
+    # checkout still reaches email; no call reaches payment (its address leads nowhere), and checkout logs it.
+    tiny.log("checkout-0", "checkout", "ERROR dial tcp: lookup payment on 10.0.0.10: no such host", 2, only_window=True)
+    con = unanswered(tiny, {"checkout": ["email", "payment"]}, {("checkout", "payment")})
+    lost = [i for i in traces.collect(con, Window(START, END)) if "with no answer" in i.text]
+    assert [(i.component, i.signal, i.fell) for i in lost] == [("payment", "up", True)]
+    assert "1 of 1 calls into payment unanswered" in lost[0].text
+    # checkout's resolver works (it reaches email): the name it cannot resolve is gone, and its line is an echo
+    said = logs.collect(con, Window(START, END))
+    assert [(i.component, i.echo, i.peer) for i in said] == [("checkout-0", True, "payment")]
+    assert digest(con).candidates[0].component == "payment"
+
+
+def test_a_caller_that_reaches_none_of_its_callees_fails_itself(tiny):
+    # checkout's calls go nowhere (its own lookups fail), while cart reaches the same callees.
+    for callee in ("email", "payment"):
+        tiny.log("checkout-0", "checkout", f"ERROR dial tcp: lookup {callee} on 10.0.0.10: no such host", 2,
+                 only_window=True)
+    con = unanswered(tiny, {"checkout": ["email", "payment"], "cart": ["email", "payment"]},
+                     {("checkout", "email"), ("checkout", "payment")})
+    lost = [i for i in traces.collect(con, Window(START, END)) if "with no answer" in i.text]
+    assert [(i.component, i.signal) for i in lost] == [("checkout", "error origin")]
+    assert [i.echo for i in logs.collect(con, Window(START, END))] == [False, False]  # it names every callee
+
+
 def test_a_level_s_return_within_the_window_is_no_change_of_its_own(tiny):
     """cart's CPU rises and falls back (a short fault); pay's falls and rises back (its callers paused)."""
     con = tiny.done()

@@ -9,7 +9,9 @@ that hour), it is every other logged minute within `TRACE_REACH`, as for traces.
 A line that names another service of the system ("No instances available for ts-train-service", "connection
 refused by cartservice") reports trouble reaching that service: it is an echo on the component that logs it.
 Not a name that failed to resolve ("lookup redis-cart on 10.0.0.10:53: no such host"): a cluster's DNS
-answers for a service whatever its health, so the resolving pod's own resolver failed."""
+answers for a service whatever its health, so the resolving pod's own resolver failed; unless that one name fails
+while the pod's calls into other services are answered: then its resolver works, and the name is gone (a
+deleted service, an address that leads nowhere)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,18 @@ def naming(services: list[str]) -> re.Pattern | None:
     return re.compile(rf"(?<![\w-])(?:{names})(?![\w-])")
 
 
+def _gone(con, w: Window, r: dict, name: str, services: re.Pattern) -> bool:
+    """Whether a name a component's lines failed to resolve is gone, not its resolver broken: its lines in the
+    window that fail to resolve name no other service, and its calls into another service were answered."""
+    named = {s for line, in con.execute("""select distinct message from log_lines where component = ? and ts >= ?
+                                           and ts < ? + interval 1 minute and regexp_matches(message, ?) limit 200""",
+                                        [r["component"], w.start, w.end, "(?i)" + RESOLVER.pattern]).fetchall()
+             for s in services.findall(line) if s != r["service"]}
+    return named == {name} and bool(con.execute(
+        """select 1 from trace_edge_minute where caller = ? and callee <> ? and callee_pod is not null
+           and minute >= ? and minute <= ? limit 1""", [r["service"], name, w.start, w.end]).fetchall())
+
+
 def baseline_minutes(con, w: Window) -> tuple[str, list]:
     """A SQL condition on `minute` for the baseline, and its parameters, and how many logged minutes it has."""
     hour = ("minute >= ? and minute < ?", [w.start - BASELINE, w.start - GAP])
@@ -111,8 +125,9 @@ def collect(con, w: Window) -> list[Item]:
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         new += f", {r['errors']} at error level" if r["errors"] else ""
         said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
-        peer = None if services is None or RESOLVER.search(said) else \
-            next((s for s in services.findall(said) if s != r["service"]), None)
+        peer = None if services is None else next((s for s in services.findall(said) if s != r["service"]), None)
+        if peer and RESOLVER.search(said) and not _gone(con, w, r, peer, services):
+            peer = None
         items.append(Item(r["component"], "log", rise * (1.0 if errorlike else OTHER_WEIGHT), keyword(said),
                           f"log {r['component']} ({new}, {r['during']:.1f}/min): \"{flat(r['template'])}\"", "log",
                           echo=peer is not None, peer=peer, line=said))

@@ -10,7 +10,8 @@
   calls into that end (the span offset) got slower too, the link is named as Nezha names that measure,
   NetworkP90(ms) of the callee;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
-  and calls that get no answer at all; a rise counts where so many errors would be unlikely at the baseline's
+  and calls that get no answer at all (given, as slow links are, to the end whose calls that way fail so: a
+  callee no call reaches is not up; a caller that reaches none of its callees fails itself); a rise counts where so many errors would be unlikely at the baseline's
   rate, the test's level shared among the calls a window tests (one failed call of six is chance among fifty).
 The baseline is the median minute of the other traced minutes within `TRACE_REACH`.
 """
@@ -85,9 +86,12 @@ def collect(con, w: Window) -> list[Item]:
                               f"trace errors start in {s['service']}: {s['err_before']:.0%} -> {s['err']:.0%} of spans",
                               "error origin"))
     traced = call_figures(con, w, min_calls=1)
+    lost = _lost(traced)
     edges = [e for e in traced if e["calls"] >= MIN_CALLS]
     slow = {(e["caller"], e["callee"]): _link_score(e) for e in edges}
     for e in edges:
+        if lost[e["caller"], e["callee"]]:
+            continue  # given to the end where such calls fail (`_unanswered`)
         rise = e["err"] - e["err_before"]
         if failing(e["errors"], e["calls"], e["errors_before"], e["calls_before"], len(edges)):
             answer = ", no answer from callee" if not e["answered"] else ""
@@ -103,8 +107,7 @@ def collect(con, w: Window) -> list[Item]:
         on = f" (waiting on {waits[0]['callee']})" if waits else ""
         items.append(Item(s["service"], "trace", score, "span self time", f"trace self time of {s['service']} p95 "
                           f"{fmt(s['before'] / 1000)} -> {fmt(s['during'] / 1000)} ms{on}", "self time", bool(waits)))
-    items += _slow_links(edges, slow)
-    return items
+    return items + _slow_links(edges, slow) + _unanswered(traced, lost)
 
 
 def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
@@ -122,7 +125,8 @@ def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
                median(ret) filter (where during) as ret,
                median(ret) filter (where not during) as ret_before,
                median(p95) filter (where during) as p95, median(p95) filter (where not during) as p95_before,
-               sum(answered) filter (where during) as answered
+               sum(answered) filter (where during) as answered,
+               coalesce(sum(answered) filter (where not during), 0) as answered_before
         from e group by caller, callee having sum(calls) filter (where during) >= $min_calls
         order by caller, callee""", {**_params(w), "min_calls": min_calls})  # the first of equal links wins, the same one every run
     for e in edges:
@@ -145,40 +149,44 @@ def _link_score(e: dict) -> float:
     return _ratio_score(e["gap"], e["gap_before"])
 
 
-def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
-    """A slow link belongs to the end whose links in that direction (a callee's calls in, a caller's calls
-    out) are slow the more often, then that has more of them slow, then whose links of both directions are slow
-    the more often; to both ends when they tie."""
+def _ends(edges: list[dict], scores: dict) -> dict[str, tuple[float, dict, str, list[float]]]:
+    """The end each scored link belongs to: the end whose links in that direction (a callee's calls in, a caller's
+    calls out) score the more often, then that has more of them scoring, then whose links of both directions score
+    the more often; both ends when they tie. Each end with its strongest link's score, the link, the direction and
+    the scores of its links that way."""
     way: dict[tuple[str, str], list[float]] = defaultdict(list)  # (component, "in" | "out") -> link scores
     for e in edges:
-        way[e["callee"], "in"].append(slow[e["caller"], e["callee"]])
-        way[e["caller"], "out"].append(slow[e["caller"], e["callee"]])
-
-    def slow_ones(scores: list[float]) -> int:
-        return sum(1 for sc in scores if sc > 0)
-
-    def share(scores: list[float]) -> float:
-        return slow_ones(scores) / len(scores) if scores else 0.0
+        way[e["callee"], "in"].append(scores[e["caller"], e["callee"]])
+        way[e["caller"], "out"].append(scores[e["caller"], e["callee"]])
 
     def standing(end: str, direction: str) -> tuple[float, int, float]:
-        scores = way[end, direction]
-        return share(scores), slow_ones(scores), share(way[end, "in"] + way[end, "out"])
+        return _share(way[end, direction]), _scoring(way[end, direction]), _share(way[end, "in"] + way[end, "out"])
 
-    best: dict[str, tuple[float, dict, str]] = {}
+    best: dict[str, tuple[float, dict, str, list[float]]] = {}
     for e in edges:
-        score = slow[e["caller"], e["callee"]]
+        score = scores[e["caller"], e["callee"]]
         if not score:
             continue
         ends = ((e["callee"], "in"), (e["caller"], "out"))
         top = max(standing(*end) for end in ends)
         for end, direction in ends:
-            if standing(end, direction) == top and score > best.get(end, (0.0, None, ""))[0]:
-                best[end] = (score, e, direction)
+            if standing(end, direction) == top and score > best.get(end, (0.0,))[0]:
+                best[end] = (score, e, direction, way[end, direction])
+    return best
+
+
+def _scoring(scores: list[float]) -> int:
+    return sum(1 for sc in scores if sc > 0)
+
+
+def _share(scores: list[float]) -> float:
+    return _scoring(scores) / len(scores) if scores else 0.0
+
+
+def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
     items = []
-    for end, (score, e, direction) in best.items():
-        scores = way[end, direction]
-        n = slow_ones(scores)
-        confidence = n / (n + 0.5)
+    for end, (score, e, direction, scores) in _ends(edges, slow).items():
+        n = _scoring(scores)
         calls = "calls into" if direction == "in" else "calls from"
         said = (f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
                 f"{fmt(e['gap'] / 1000)} ms; {n} of {len(scores)} {calls} {end} slow")
@@ -187,9 +195,32 @@ def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
             x = max(returning, key=lambda x: x["ret"] - x["ret_before"])
             said = (f"trace NetworkP90(ms) of {end} (span offset, calls from {x['caller']}): "
                     f"{fmt(x['ret_before'] / 1000)} -> {fmt(x['ret'] / 1000)} ms; {said}")
-        items.append(Item(end, "trace", score * confidence, "NetworkP90(ms)" if returning else "call latency",
-                          said, "link", share=share(scores),
+        items.append(Item(end, "trace", score * n / (n + 0.5), "NetworkP90(ms)" if returning else "call latency",
+                          said, "link", share=_share(scores),
                           peer=e["caller"] if end == e["callee"] else e["callee"]))
+    return items
+
+
+def _lost(traced: list[dict]) -> dict[tuple[str, str], float]:
+    """Each traced call's score as a call that now fails with no answer where it was answered before (0 if not)."""
+    return {(e["caller"], e["callee"]): min(1.0, e["err"] - e["err_before"]) ** 0.5
+            if not e["answered"] and e["answered_before"]
+            and failing(e["errors"], e["calls"], e["errors_before"], e["calls_before"], len(traced)) else 0.0
+            for e in traced}
+
+
+def _unanswered(traced: list[dict], lost: dict[tuple[str, str], float]) -> list[Item]:
+    """Calls lost (`_lost`). Where a callee's calls in go unanswered more often than its callers' calls out, no call
+    reaches it (it is gone or its address leads nowhere): it is not up, whatever its callers log. Where a caller's
+    calls out are the more often unanswered, it cannot send them: the errors start in it."""
+    items = []
+    for end, (score, e, direction, scores) in _ends(traced, lost).items():
+        n = _scoring(scores)
+        calls = "calls into" if direction == "in" else "calls from"
+        said = (f"trace {e['caller']} -> {e['callee']}: {e['errors']:.0f} of {e['calls']:.0f} calls failed with no "
+                f"answer ({e['err_before']:.0%} failed before); {n} of {len(scores)} {calls} {end} unanswered")
+        items.append(Item(end, "trace", score * n / (n + 0.5), "error calls", said,
+                          "up" if direction == "in" else "error origin", fell=direction == "in", share=_share(scores)))
     return items
 
 
