@@ -152,68 +152,79 @@ def scale_run(scale: float = 0.25, days: int = 4) -> dict:
 
 def store_run(scale: float = 0.01, days: int = 30, progress=lambda what: None) -> dict:
     """A store filled night after night, as the nightly job fills it: `days` simulated days (a fault an hour), each
-    night one more day loaded. Each night's ETL time; and, with two days loaded and with all of them, the time of a
-    digest of the first day's and of the newest day's cases (caches cleared), of `detect` over the newest day, and of
-    twelve cases of one hour against one of them asked twelve times."""
+    night one more day loaded. Each read is timed on the same case in two stores of two days and in the month's: the
+    first day's (the month's store after its second night) and the newest day's (the last two days, loaded night
+    after night into a store of their own); so is the newest day's night. The reads: a digest of the day's sixth
+    case (caches cleared), `detect` over its UTC day, twelve cases of its hour, and one of them asked twelve times."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, inc, db = Path(tmp) / "dump", Path(tmp) / "incoming", Path(tmp) / "store.duckdb"
+        src, db = Path(tmp) / "dump", Path(tmp) / "store.duckdb"
         progress(f"store: simulating {days} days")
         # a case an hour from an hour into the first CST day: six on the last day, whose sixth is read
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(src), "--cases", str(24 * (days - 1) + 6),
                         "--scale", str(scale), "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
         folders = sorted(p for p in src.iterdir() if p.is_dir())
         questions = load_questions(src / "input.json")
-        inc.mkdir()
-        nights, measured = [], {}
+        first, newest = folders[0].name, folders[-1].name
+        nights, two = [], {}
         for night, folder in enumerate(folders, 1):
             progress(f"store: night {night} of {len(folders)}")
-            shutil.copytree(folder, inc / folder.name, copy_function=os.link)
-            started = time.perf_counter()
-            nightly(inc, db)
-            nights.append(time.perf_counter() - started)
-            if night in (2, len(folders)):
-                measured[night] = _reads(db, questions, folders[0].name, folders[night - 1].name)
-    two, full = measured[2], measured[len(folders)]
-    rows = {name: {"2 days": two[name], f"{len(folders)} days": full[name],
-                   "ratio": round(full[name] / two[name], 2) if two[name] else None} for name in two}
-    early, late = nights[1:4], nights[-3:]
-    rows["a night's ETL, s (nights 2-4, the last 3)"] = {"2 days": round(statistics.mean(early), 2),
-                                                          f"{len(folders)} days": round(statistics.mean(late), 2),
-                                                          "ratio": round(statistics.mean(late) / statistics.mean(early), 2)}
-    return {"scale": scale, "days": len(folders), "columns": ["2 days", f"{len(folders)} days", "ratio"],
-            "rows": rows, "nights": [round(n, 2) for n in nights]}
+            nights.append(_night(folder, Path(tmp) / "incoming", db))
+            if night == 2:
+                two["first"] = _reads(db, questions, first)
+        month = {"first": _reads(db, questions, first), "newest": _reads(db, questions, newest)}
+        progress("store: the last two days in a store of their own")
+        last_two = [_night(folder, Path(tmp) / "incoming2", Path(tmp) / "two.duckdb") for folder in folders[-2:]]
+        two["newest"] = _reads(Path(tmp) / "two.duckdb", questions, newest)
+    n = f"{len(folders)} days"
+    rows = {f"{name} ({day} day), s": {"2 days": two[day][name], n: month[day][name],
+                                       "ratio": round(month[day][name] / two[day][name], 2) if two[day][name] else None}
+            for day in ("first", "newest") for name in two[day]}
+    rows["the newest day's night, s"] = {"2 days": round(last_two[-1], 2), n: round(nights[-1], 2),
+                                         "ratio": round(nights[-1] / last_two[-1], 2)}
+    return {"scale": scale, "days": len(folders), "columns": ["2 days", n, "ratio"], "rows": rows,
+            "nights": [round(t, 2) for t in nights]}
 
 
-def _reads(db: Path, questions: list[Question], first: str, newest: str) -> dict[str, float]:
-    """Seconds of a store's reads (caches cleared before each): a digest of a case of the first day and of the
-    newest day (each the sixth case of its CST day), detect over the newest UTC day, twelve cases of one hour and
-    one of them twelve times (seconds a case)."""
-    def of(day: str) -> list[Question]:
-        return [q for q in questions if (q.start + dt.timedelta(hours=8)).date().isoformat() == day]
+def _night(folder: Path, incoming: Path, db: Path) -> float:
+    """Seconds of the nightly job after one more day arrived in `incoming`."""
+    incoming.mkdir(exist_ok=True)
+    shutil.copytree(folder, incoming / folder.name, copy_function=os.link)
+    started = time.perf_counter()
+    nightly(incoming, db)
+    return time.perf_counter() - started
 
+
+def _reads(db: Path, questions: list[Question], day: str) -> dict[str, float]:
+    """Seconds of a store's reads of one CST day (caches cleared before each, the process's and those kept beside
+    the store): a digest of its sixth case, detect over that case's UTC day, twelve cases of its hour and one of them
+    twelve times (seconds a case)."""
     def digest(q: Question) -> float:
         started = time.perf_counter()
         build_digest(con, q)
         return time.perf_counter() - started
 
+    def cold() -> None:
+        forget()
+        for kept in store.shard_dir(db).glob("levels-*.json"):
+            kept.unlink()
+
+    case = [q for q in questions if (q.start + dt.timedelta(hours=8)).date().isoformat() == day][5]
     con = store.connect(db, read_only=True)
     try:
         out = {}
-        for name, day in (("digest of a case of the first day, s", first), ("digest of a case of the newest day, s", newest)):
-            forget()
-            out[name] = round(digest(of(day)[5]), 2)
-        forget()
-        case = of(newest)[5]
+        cold()
+        out["a case's digest"] = round(digest(case), 2)
+        cold()
         lo = case.start.replace(hour=0, minute=0, second=0, microsecond=0)
         started = time.perf_counter()
         detect.scan(con, lo, lo + dt.timedelta(days=1))
-        out["detect over the newest day, s"] = round(time.perf_counter() - started, 1)
+        out["detect over its UTC day"] = round(time.perf_counter() - started, 1)
         hour = [Question(f"h{i}", case.start + dt.timedelta(minutes=4 * i), case.start + dt.timedelta(minutes=4 * i + 8),
                          "") for i in range(12)]
-        forget()
-        out["twelve cases of one hour, s a case"] = round(sum(digest(q) for q in hour) / 12, 2)
-        forget()
-        out["one case twelve times, s a case"] = round(sum(digest(hour[0]) for _ in range(12)) / 12, 2)
+        cold()
+        out["twelve cases of one hour, a case"] = round(sum(digest(q) for q in hour) / 12, 2)
+        cold()
+        out["one case twelve times, a case"] = round(sum(digest(hour[0]) for _ in range(12)) / 12, 2)
     finally:
         con.close()
     return out
