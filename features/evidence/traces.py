@@ -11,8 +11,9 @@
   NetworkP90(ms) of the callee;
 - errors: calls into a service that fail, errors that start in a service (no failing child),
   and calls that get no answer at all (given, as slow links are, to the end whose calls that way fail so: a
-  callee no call reaches is not up; a caller that reaches none of its callees fails itself); a rise counts where so many errors would be unlikely at the baseline's
-  rate, the test's level shared among the calls a window tests (one failed call of six is chance among fifty).
+  callee no call reaches is not up; a caller that reaches none of its callees fails itself); a rise counts
+  where so many errors would be unlikely at the baseline's rate, the test's level shared among the calls a
+  window tests (one failed call of six is chance among fifty).
 The baseline is the median minute of the other traced minutes within `TRACE_REACH`.
 """
 
@@ -184,6 +185,7 @@ def _share(scores: list[float]) -> float:
 
 
 def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
+    """The slow links (`_link_score`), each given to its end (`_ends`)."""
     items = []
     for end, (score, e, direction, scores) in _ends(edges, slow).items():
         n = _scoring(scores)
