@@ -184,20 +184,25 @@ def _share(scores: list[float]) -> float:
     return _scoring(scores) / len(scores) if scores else 0.0
 
 
+def _counted(end: str, direction: str, scores: list[float]) -> tuple[str, float]:
+    """How many of an end's links that way score ("2 of 3 calls into x"), and how sure so many make it."""
+    n = _scoring(scores)
+    return f"{n} of {len(scores)} calls {'into' if direction == 'in' else 'from'} {end}", n / (n + 0.5)
+
+
 def _slow_links(edges: list[dict], slow: dict) -> list[Item]:
     """The slow links (`_link_score`), each given to its end (`_ends`)."""
     items = []
     for end, (score, e, direction, scores) in _ends(edges, slow).items():
-        n = _scoring(scores)
-        calls = "calls into" if direction == "in" else "calls from"
+        counted, sure = _counted(end, direction, scores)
         said = (f"trace {e['caller']} -> {e['callee']}: gap p95 {fmt(e['gap_before'] / 1000)} -> "
-                f"{fmt(e['gap'] / 1000)} ms; {n} of {len(scores)} {calls} {end} slow")
+                f"{fmt(e['gap'] / 1000)} ms; {counted} slow")
         returning = [x for x in edges if x["callee"] == end and slow[x["caller"], x["callee"]] and _return_leg(x)]
         if returning:
             x = max(returning, key=lambda x: x["ret"] - x["ret_before"])
             said = (f"trace NetworkP90(ms) of {end} (span offset, calls from {x['caller']}): "
                     f"{fmt(x['ret_before'] / 1000)} -> {fmt(x['ret'] / 1000)} ms; {said}")
-        items.append(Item(end, "trace", score * n / (n + 0.5), "NetworkP90(ms)" if returning else "call latency",
+        items.append(Item(end, "trace", score * sure, "NetworkP90(ms)" if returning else "call latency",
                           said, "link", share=_share(scores),
                           peer=e["caller"] if end == e["callee"] else e["callee"]))
     return items
@@ -217,11 +222,10 @@ def _unanswered(traced: list[dict], lost: dict[tuple[str, str], float]) -> list[
     calls out are the more often unanswered, it cannot send them: the errors start in it."""
     items = []
     for end, (score, e, direction, scores) in _ends(traced, lost).items():
-        n = _scoring(scores)
-        calls = "calls into" if direction == "in" else "calls from"
+        counted, sure = _counted(end, direction, scores)
         said = (f"trace {e['caller']} -> {e['callee']}: {e['errors']:.0f} of {e['calls']:.0f} calls failed with no "
-                f"answer ({e['err_before']:.0%} failed before); {n} of {len(scores)} {calls} {end} unanswered")
-        items.append(Item(end, "trace", score * n / (n + 0.5), "error calls", said,
+                f"answer ({e['err_before']:.0%} failed before); {counted} unanswered")
+        items.append(Item(end, "trace", score * sure, "error calls", said,
                           "up" if direction == "in" else "error origin", fell=direction == "in", share=_share(scores)))
     return items
 
