@@ -48,7 +48,7 @@ BLOCK = 20  # occurrences a baseline share is taken over, at least (thin minutes
 MIN_RUN = 2  # minutes of a run shorter than the window: one minute alone may be that minute's (a restart, retries)
 CONFIDENCE = 0.95  # the score is the drop of the expected pair at this confidence (few occurrences, less sure)
 ALPHA = 1e-3  # the drop of the expected pair is this unlikely under the baseline's probability
-TROUBLE = {"link", "errors", "self time", "error origin"}  # trace signals of a callee that explain a caller
+TROUBLE = {"link", "errors", "self time", "error origin", "up"}  # trace signals of a callee that explain a caller
 EXPLAINS = 0.5  # a callee whose path changed at least this share as much explains its caller's change
 
 
