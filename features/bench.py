@@ -22,11 +22,10 @@ from scipy.stats import mannwhitneyu
 from etl import store
 from etl.cases import write_cases
 
-from . import baselines, detect
+from . import baselines, detect, evidence
 from .cases import Question, load_questions
 from .digest import build_digest
 from .evidence import Window
-from .evidence import metrics as metrics_family
 from .graph import service_of
 from .refresh import nightly
 
@@ -233,7 +232,7 @@ def _reads(db: Path, questions: list[Question], day: str) -> dict[str, float]:
 def forget() -> None:
     """Clear what a process keeps of a store's reads, as a new process starts."""
     detect.forget()
-    metrics_family.forget()
+    evidence.forget()
 
 
 def names(row: dict) -> set[str]:

@@ -11,15 +11,16 @@ Edges point from a component to what it depends on:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 
 import duckdb
 import networkx as nx
 
-from .evidence import BASELINE, TRACE_REACH, Window
+from .evidence import BASELINE, TRACE_REACH, Window, kept
 
 
 @cache
@@ -105,12 +106,32 @@ def topology(con: duckdb.DuckDBPyConnection, w: Window) -> tuple[dict[str, set[s
     for pod, service, node in con.execute("select pod, service, node from placement").fetchall():
         pods_of.setdefault(service, set()).add(pod)
         node_of[pod] = node
-    for comp, kind, service in con.execute("""
-            select distinct component, component_kind, service from metric_points
-            where ts >= ? and ts <= ? and component_kind in ('pod', 'node')""", [w.start - BASELINE, w.end]).fetchall():
+    for comp, kind, service in seen(con, w.start - BASELINE, w.end):
         if kind == "pod" and service:
             pods_of.setdefault(service, set()).add(comp)
         elif kind == "node":
             node_of.setdefault(comp, comp)
     nodes = set(node_of.values())
     return pods_of, nodes, node_of
+
+
+HOUR = dt.timedelta(hours=1)
+
+
+def seen(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> set[tuple[str, str, str]]:
+    """The pods and nodes with metric points from lo to hi (more than an hour apart), with their kind and service.
+    Each hour's are read once in a process (`kept`): the windows of a scan share them. A component with points in
+    an hour before lo and after hi has points in between, hi - lo being longer than the hour."""
+    found = set()
+    hour = lo.replace(minute=0, second=0, microsecond=0)
+    while hour <= hi:
+        found |= {(comp, kind, service) for comp, kind, service, first, last
+                  in kept(con, ("seen", hour), partial(_seen_in_hour, con, hour)) if first <= hi and last >= lo}
+        hour += HOUR
+    return found
+
+
+def _seen_in_hour(con: duckdb.DuckDBPyConnection, hour: dt.datetime) -> list[tuple]:
+    return con.execute("""
+        select component, component_kind, service, min(ts), max(ts) from metric_points
+        where ts >= ? and ts < ? and component_kind in ('pod', 'node') group by all""", [hour, hour + HOUR]).fetchall()

@@ -14,7 +14,7 @@ from features.detect import ABNORMAL
 from features.digest import build_digest
 from features.evidence import Item, Window, changepoints, faulty_change, logs, silence, traces
 from features.evidence.metrics import headroom_taken
-from features.graph import dependency_graph
+from features.graph import dependency_graph, topology
 from features.options import Option, options
 from features.refresh import refresh_day
 from features.templates import count_templates
@@ -204,6 +204,20 @@ def test_a_store_that_begins_just_before_the_window_still_sees_what_stops(tiny):
     tiny.con.execute("delete from metric_points where ts < ?", [START - dt.timedelta(minutes=10)])
     items = silence.collect(tiny.done(), Window(START, END))
     assert {(i.component, i.signal) for i in items} == {("x-0", "traffic"), ("y-0", "silence")}
+
+
+def test_a_service_s_pods_are_those_seen_in_the_window_or_the_hour_before(tiny):
+    """Read an hour of the store at a time, kept for the windows of a scan: a pod gone before the hour before the
+    window, or come after it, is none of the service's there."""
+    for pod, keep in (("x-0", None), ("x-1", (None, START - dt.timedelta(minutes=70))),
+                      ("x-2", (START - dt.timedelta(minutes=50), START - dt.timedelta(minutes=40))),
+                      ("x-3", (END + dt.timedelta(minutes=5), None))):
+        tiny.series(pod, "pod_cpu_usage", 0.2, service="x")
+        if keep:
+            tiny.con.execute("delete from metric_points where component = ? and not (ts >= coalesce(?, ts) "
+                             "and ts <= coalesce(?, ts))", [pod, *keep])
+    pods_of, _, _ = topology(tiny.done(), Window(START, END))
+    assert pods_of["x"] == {"x-0", "x-2"}
 
 
 def test_what_is_left_falls_the_fault_s_way_and_errors_that_stop_are_a_recovery(tiny):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import duckdb
 
@@ -25,6 +27,7 @@ TRACE_REACH = dt.timedelta(hours=6)
 
 
 MINUTE = dt.timedelta(minutes=1)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,26 @@ def faulty_change(metric: str, before: float | None, during: float | None) -> bo
 def store_file(con: duckdb.DuckDBPyConnection) -> str:
     """The file of the store a connection reads: what caches of a store's figures are kept by."""
     return con.execute("select file from pragma_database_list where name = current_database()").fetchone()[0]
+
+
+_kept: dict[tuple, object] = {}  # figures of stores, by file, load and what (`kept`); the newest KEPT
+KEPT = 64
+
+
+def kept(con: duckdb.DuckDBPyConnection, what: tuple, compute: Callable[[], T]) -> T:
+    """`compute()`, once per store file, load and `what` in this process: a figure the windows of a scan share.
+    A store loaded again computes it again."""
+    key = (store_file(con), con.execute("select max(loaded_at) from manifest").fetchone()[0], *what)
+    if key not in _kept:
+        _kept[key] = compute()
+        while len(_kept) > KEPT:
+            _kept.pop(next(iter(_kept)), None)
+    return _kept[key]
+
+
+def forget() -> None:
+    """Drop the figures this process keeps (a benchmark that times reads as a new process meets them)."""
+    _kept.clear()
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | dict) -> list[dict]:

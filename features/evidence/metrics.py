@@ -7,7 +7,7 @@ import datetime as dt
 import math
 import re
 
-from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of, store_file
+from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, kept, rows, signal_of
 
 # A node's metric on a pod's row (Nezha writes NodeCpuUsageRate(%) beside each pod's own): it is
 # shared by every pod of the node, so it says nothing of the pod itself.
@@ -50,20 +50,10 @@ def collect(con, w: Window) -> list[Item]:
             if faulty_change(m["metric"], m["before"], m["during"])]
 
 
-_spans: dict[tuple, tuple] = {}  # the times a store's metric_anomaly covers, per file and load
-
-
-def forget() -> None:
-    """Drop the spans this process keeps (a benchmark that times reads as a new process meets them)."""
-    _spans.clear()
-
-
 def other_hours(con, lo, hi, own_lo, own_hi) -> float:
     """Hours of [lo, hi] the store holds outside [own_lo, own_hi]."""
-    key = (store_file(con), con.execute("select max(loaded_at) from manifest").fetchone()[0])
-    if key not in _spans:
-        _spans[key] = con.execute("select min(ts), max(ts) from metric_anomaly").fetchone()
-    first, last = _spans[key]
+    first, last = kept(con, ("metric_anomaly span",),
+                       lambda: con.execute("select min(ts), max(ts) from metric_anomaly").fetchone())
     if first is None:
         return 0.0
     first, last = max(first, lo), min(last, hi)
