@@ -30,21 +30,26 @@ def collect(con, w: Window) -> list[Item]:
     # own family needs none of this: its shift is sized against the day already.
     lo, hi, own_lo, own_hi = w.start - DAY_AROUND, w.end + DAY_AROUND, w.start - BASELINE, w.end + BASELINE
     found = rows(con, """
-        with d as (select source, component, metric, median(abs(z)) as z, median(value) as during
-                   from metric_anomaly where ts >= ? and ts <= ? group by all having median(abs(z)) >= ?
+        with -- a median past Z_MIN needs half its values past it: a sieve that sorts nothing (many series)
+             moved as (select source, component, metric from metric_anomaly where ts >= $start and ts <= $end
+                       group by all having count(*) filter (where abs(z) >= $z) * 2 >= count(z)),
+             d as (select source, component, metric, median(abs(z)) as z, median(value) as during
+                   from metric_anomaly semi join moved using (source, component, metric)
+                   where ts >= $start and ts <= $end group by all having median(abs(z)) >= $z
                    order by z desc limit 400),
              b as (select source, component, metric, median(value) as before
                    from metric_anomaly semi join d using (source, component, metric)
-                   where ts >= ? and ts < ? group by all),
+                   where ts >= $own_lo and ts < $gap group by all),
              m as (select d.*, b.before from d left join b using (source, component, metric)),
              r as (select m.source, m.component, m.metric, count(distinct date_trunc('hour', c.ts)) as hours
                    from m join changepoints c using (source, component, metric)
-                   where c.ts >= ? and c.ts <= ? and (c.ts < ? or c.ts > ?)
+                   where c.ts >= $day_lo and c.ts <= $day_hi and (c.ts < $own_lo or c.ts > $own_hi)
                      and ((m.during > m.before and c.after > c.before and c.after >= (m.before + m.during) / 2)
                        or (m.during < m.before and c.after < c.before and c.after <= (m.before + m.during) / 2))
                    group by all)
         select m.*, coalesce(r.hours, 0) as hours from m left join r using (source, component, metric)
-        order by m.z desc""", [w.start, w.end, Z_MIN, w.start - BASELINE, w.start - GAP, lo, hi, own_lo, own_hi])
+        order by m.z desc""", {"start": w.start, "end": w.end, "z": Z_MIN, "gap": w.start - GAP,
+                                "day_lo": lo, "day_hi": hi, "own_lo": own_lo, "own_hi": own_hi})
     other = other_hours(con, lo, hi, own_lo, own_hi)
     return [item(m, min(1.0, m["hours"] / other) if other >= 1 else 0.0) for m in found
             if faulty_change(m["metric"], m["before"], m["during"])]
