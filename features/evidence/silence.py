@@ -5,15 +5,14 @@ A failed pod, a dead TiDB part or a killed process says more by what stops than 
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from . import BASELINE, GAP, SIGNALS, Item, Window, faulty_change, fmt, rows, signal_of
 
 # Lines or spans the window would hold at the rate before: fewer, and none may be chance (Poisson: e^-10).
 MIN_EXPECTED = 10.0
 PRESENT = 0.9  # a series must have values in this share of the baseline's minutes for its stop to count
-# A series' baseline minutes are those the store has in the hour before (a store may begin just before the window:
-# a gap in collection says nothing of the system), and there must be this many at least.
-LEAST_MINUTES = 5
+LEAST_MINUTES = 5  # the baseline's minutes the store has (in the hour before) must be this many at least
 ZEROS = 0.1  # and be zero in at most this share of them
 # A process count or an up flag says the process died in any minute it reads 0, however short the window's part:
 # a killed pod is back within a minute or two, and the median of a longer window would not see it go.
@@ -27,31 +26,39 @@ DEAD = "(?i)" + "|".join(f"(?:{pattern.pattern})" for pattern, name in SIGNALS i
 
 def collect(con, w: Window) -> list[Item]:
     items = []
+    lo, hi = w.start - BASELINE, w.start - GAP
+    # The baseline's minutes the store has (a store may begin just before the window: a gap in collection says
+    # nothing of the system), newest first.
+    had = [m for m, in con.execute("select distinct date_trunc('minute', ts) as m from metric_anomaly "
+                                   "where ts >= ? and ts < ? order by m desc", [lo, hi]).fetchall()]
+    # Only series that may have stopped are read over the whole baseline: a sieve on its last minutes, as many as a
+    # series that counts may miss or read zero in, and one more (of a large system's series, most go on, or are
+    # errors that are mostly zero). Points come at a steady rate, so such a series has points there, and no more of
+    # them are zero than ZEROS of the baseline's minutes' worth, against the fewest minutes it may have there.
+    last = math.ceil((1 - PRESENT + ZEROS) * len(had)) + 1
+    share = ZEROS * len(had) / max(last - (1 - PRESENT) * len(had), 1)
     for m in rows(con, """
-            with had as (select count(distinct date_trunc('minute', ts)) as n from metric_anomaly
-                         where ts >= $lo and ts < $hi),
-                 d as (select component, metric, median(value) filter (where ts <= $end) as during,
+            with d as (select component, metric, median(value) filter (where ts <= $end) as during,
                               min(value) filter (where ts <= $end) as least, arg_max(value, ts) as last
                        from metric_anomaly where ts >= $start and ts <= $until group by all
                        having count(*) filter (where ts <= $end) > 0),
-                 before as (select * from metric_anomaly
-                            anti join (select * from d where during <> 0
-                                       and (least <> 0 or not regexp_matches(metric, $dead)))
-                            using (component, metric) where ts >= $lo and ts < $hi),  -- goes on
-                 -- a sieve for the quantile below, without its cost: of many quiet series, few are seldom zero
-                 seldom as (select component, metric from before group by all
-                            having count(*) filter (where value = 0) <= $zeros * count(*)),
-                 b as (select component, metric, median(value) as before from before semi join seldom
-                       using (component, metric) group by all
-                       having quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
-                       and count(distinct date_trunc('minute', ts)) >= $present * (select n from had)
-                       and (select n from had) >= $least)  -- and hardly ever missing
+                 stopped as (select component, metric from metric_anomaly
+                             anti join (select * from d where during <> 0
+                                        and (least <> 0 or not regexp_matches(metric, $dead)))
+                             using (component, metric)  -- the rest goes on
+                             where ts >= $since and ts < $hi group by all
+                             having count(*) filter (where value = 0) <= $share * count(*)),
+                 b as (select component, metric, median(value) as before from metric_anomaly
+                       semi join stopped using (component, metric) where ts >= $lo and ts < $hi group by all
+                       having count(*) filter (where value = 0) <= $zeros * count(*)  -- a sieve for the quantile's cost
+                       and quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
+                       and count(distinct date_trunc('minute', ts)) >= $present * $had)  -- and hardly ever missing
             select b.component, b.metric, b.before, d.during, d.least, d.last
             from b left join d using (component, metric)
             where exists (select 1 from d)""",
-                  {"start": w.start, "end": w.end, "until": max(w.end, w.start + RESTART),
-                   "lo": w.start - BASELINE, "hi": w.start - GAP,
-                   "present": PRESENT, "least": LEAST_MINUTES, "zeros": ZEROS, "dead": DEAD}):
+                  {"start": w.start, "end": w.end, "until": max(w.end, w.start + RESTART), "lo": lo, "hi": hi,
+                   "since": had[min(last, len(had)) - 1] if had else hi, "share": share, "had": len(had),
+                   "present": PRESENT, "zeros": ZEROS, "dead": DEAD}) if len(had) >= LEAST_MINUTES else []:
         measures = signal_of(m["metric"])
         if m["during"] and not (measures in DIES and m["least"] == 0):
             continue  # a minute of a series that goes on reads 0: only a process count says more than noise
