@@ -4,7 +4,6 @@ and input files of the wrong shape."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -12,12 +11,13 @@ import duckdb
 import pytest
 from conftest import copy_store
 from click.testing import CliRunner
-from test_reliability import FakeEndpoint, chat_for
+from test_reliability import chat_for
 
 from etl import store
 from rcalab.cli import cli
 from rcalab.errors import OutputError
 from reasoner.batch import run_batch, transcripts_path
+from reasoner.stub import StubEndpoint
 
 
 def invoke(*args):
@@ -143,7 +143,7 @@ GARBLED = {
 @pytest.mark.parametrize("name", list(GARBLED))
 def test_a_garbled_reply_is_a_failed_call_and_the_ranking_answers(case, tmp_path, name):
     db, question = case
-    fake = FakeEndpoint("answer", **GARBLED[name])
+    fake = StubEndpoint("answer", **GARBLED[name])
     try:
         report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake, retries=0), model="fake",
                            time_limit=5, max_tools=1)

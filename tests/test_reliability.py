@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import duckdb
 import pyarrow as pa
@@ -26,6 +25,7 @@ from rcalab.errors import RcalabError, StoreError
 from reasoner.agent import openai_chat
 from reasoner.batch import run_batch, transcripts_path
 from reasoner.llm import LLMConfig, client
+from reasoner.stub import StubEndpoint
 
 DAY = "2025-06-06"
 
@@ -181,59 +181,6 @@ def test_the_judge_names_bad_lines_and_bad_files(tmp_path):
 
 # --- endpoints, time limits, exit status, concurrent runs -------------------------------------------------
 
-class FakeEndpoint:
-    """An OpenAI-compatible endpoint on 127.0.0.1 that answers, hangs or fails."""
-
-    def __init__(self, mode, content="", body: bytes | None = None, content_type="application/json"):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                fake.requests += 1
-                if mode == "hang":
-                    time.sleep(30)
-                if mode in ("fail", "throttle"):  # a server error, or too many requests: come back in 100 s
-                    self.send_response(500 if mode == "fail" else 429)
-                    if mode == "throttle":
-                        self.send_header("retry-after", "100")
-                    self.send_header("content-length", "0")
-                    self.end_headers()
-                    return
-                reply = body if body is not None else json.dumps({
-                    "id": "x", "object": "chat.completion", "created": 0, "model": "fake",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                if mode == "drip":  # a valid reply, a byte a second
-                    for byte in reply:
-                        self.wfile.write(bytes([byte]))
-                        self.wfile.flush()
-                        time.sleep(1)
-                self.wfile.write(reply)
-
-            def log_message(self, *args):
-                pass
-
-        class Server(ThreadingHTTPServer):
-            def handle_error(self, request, client_address):
-                pass  # a client that gave up on a hung request breaks the pipe: expected here
-
-        self.requests = 0
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def case(replay, replay_store):
     questions = {q.uuid: q for q in load_questions(replay / "input.json")}
@@ -247,7 +194,7 @@ def chat_for(fake, timeout=120.0, retries=2):
 def test_any_openai_compatible_endpoint_answers_over_http(case, tmp_path):
     db, question = case
     reply = {"action": "answer", "option": "1a", "fault_type": "pod failure", "reason": "callers get no answer"}
-    fake = FakeEndpoint("answer", json.dumps(reply))
+    fake = StubEndpoint("answer", json.dumps(reply))
     try:
         report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake), model="fake")
     finally:
@@ -260,7 +207,7 @@ def test_any_openai_compatible_endpoint_answers_over_http(case, tmp_path):
 @pytest.mark.parametrize("mode, retries", [("hang", 2), ("fail", 2), ("throttle", 2), ("drip", 2), ("fail", 1000)])
 def test_a_case_time_limit_is_a_deadline_whatever_the_endpoint_does(case, tmp_path, mode, retries):
     db, question = case
-    fake = FakeEndpoint(mode, json.dumps({"action": "answer"}))
+    fake = StubEndpoint(mode, json.dumps({"action": "answer"}))
     started = time.monotonic()
     try:
         report = run_batch(db, [question], tmp_path / "a.jsonl", chat_for(fake, retries=retries), model="fake",
@@ -313,7 +260,7 @@ def test_concurrent_cases_build_no_more_digests_at_once_than_the_machine_has_cor
 
 def test_diagnose_exit_status_says_when_the_model_failed(case, replay, tmp_path, monkeypatch):
     db, question = case
-    fake = FakeEndpoint("fail")
+    fake = StubEndpoint("fail")
     monkeypatch.setenv("RCALAB_LLM_BASE_URL", fake.url)
     monkeypatch.setenv("RCALAB_LLM_RETRIES", "0")
     try:
