@@ -202,37 +202,35 @@ def _reads(db: Path, questions: list[Question], day: str) -> dict[str, float]:
         build_digest(con, q)
         return time.perf_counter() - started
 
-    def cold() -> None:
-        forget()
-        for kept in store.shard_dir(db).glob("levels-*.json"):
-            kept.unlink()
-
     case = [q for q in questions if (q.start + dt.timedelta(hours=8)).date().isoformat() == day][5]
     con = store.connect(db, read_only=True)
     try:
         out = {}
-        cold()
+        cold(db)
         out["a case's digest"] = round(digest(case), 2)
-        cold()
+        cold(db)
         lo = case.start.replace(hour=0, minute=0, second=0, microsecond=0)
         started = time.perf_counter()
         detect.scan(con, lo, lo + dt.timedelta(days=1))
         out["detect over its UTC day"] = round(time.perf_counter() - started, 1)
         hour = [Question(f"h{i}", case.start + dt.timedelta(minutes=4 * i), case.start + dt.timedelta(minutes=4 * i + 8),
                          "") for i in range(12)]
-        cold()
+        cold(db)
         out["twelve cases of one hour, a case"] = round(sum(digest(q) for q in hour) / 12, 2)
-        cold()
+        cold(db)
         out["one case twelve times, a case"] = round(sum(digest(hour[0]) for _ in range(12)) / 12, 2)
     finally:
         con.close()
     return out
 
 
-def forget() -> None:
-    """Clear what a process keeps of a store's reads, as a new process starts."""
+def cold(db: Path) -> None:
+    """Clear what this process keeps of a store's reads and the levels kept beside its shards: the next read is a
+    new process's on a store never read."""
     detect.forget()
     evidence.forget()
+    for kept in store.shard_dir(db).glob("levels-*.json"):
+        kept.unlink()
 
 
 def names(row: dict) -> set[str]:

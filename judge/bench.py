@@ -8,18 +8,21 @@ deciding among the rivals there (`diagnose --decide`)."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
 from etl import store
-from features.bench import REPLAY_SCALE, Replay, labelled_stores, ranking
+from features.bench import REPLAY_SCALE, Replay, cold, labelled_stores, ranking
 from features.cases import load_questions
 from features.digest import build_digest
 from reasoner.agent import openai_chat
-from reasoner.batch import run_batch
-from reasoner.llm import endpoint
+from reasoner.batch import run_batch, transcripts_path
+from reasoner.llm import LLMConfig, client, endpoint
 from reasoner.rank import answer
+from reasoner.stub import StubEndpoint
 
 from .grounding import grounding
 from .report import transcript_figures
@@ -105,3 +108,43 @@ def run(replays: dict[str, Replay], real: list[Path], per_type: int = 2, scale: 
                 figures = judged(answers, truth, db, cases, folder, doubtful)
                 result[f"{name}/{label}"] = {k: figures[k] for k in DECIDING} if settings else figures
     return result
+
+
+LOAD_CASES = 16  # of a random HipsterShop schedule
+AT_ONCE = 8  # `diagnose --concurrency`
+LOAD_LIMIT = 15.0  # `--time-limit`, seconds a case
+SLOW = 60.0  # the slow endpoint answers after this long: past any case's limit
+
+
+def under_load(db: Path, input_json: Path, truth: Path) -> dict:
+    """`diagnose` of a store's cases against a stand-in for a model server (`reasoner.stub`), AT_ONCE at a time:
+    with one that answers at once, the wall time against the same cases one at a time (issue 47's goal: within
+    1.5x of (cases / min(AT_ONCE, cores)) x a case's time); with one slower than LOAD_LIMIT, the slowest case's
+    seconds from its start to its answer (within LOAD_LIMIT + 2) and the cases marked as answered by the ranking.
+    Each run starts on a store never read."""
+    questions = load_questions(input_json)
+    reply = json.dumps({"action": "answer", "option": "1a", "reason": "as the evidence says"})
+    out: dict = {"cases": len(questions), "at once": AT_ONCE, "cores": os.cpu_count() or 1}
+    with tempfile.TemporaryDirectory() as tmp, StubEndpoint("answer", reply) as fast, \
+            StubEndpoint("hang", delay=SLOW) as slow:
+        def diagnosed(name: str, stub: StubEndpoint, concurrency: int, **settings) -> tuple[float, list[dict]]:
+            cold(db)
+            answers = Path(tmp) / f"{name}.jsonl"
+            chat = openai_chat(client(LLMConfig(base_url=stub.url), stub.url), "stub")
+            started = time.monotonic()
+            run_batch(db, questions, answers, chat, model="stub", concurrency=concurrency, **settings)
+            seconds = time.monotonic() - started
+            return seconds, [json.loads(line) for line in transcripts_path(answers).read_text().splitlines()]
+
+        alone, _ = diagnosed("alone", fast, 1)
+        together, answered = diagnosed("together", fast, AT_ONCE)
+        _, late = diagnosed("slow", slow, AT_ONCE, time_limit=LOAD_LIMIT)
+    out["a case alone, s"] = round(alone / len(questions), 2)
+    out["all, at once, s"] = round(together, 1)
+    out["against (cases / min(at once, cores)) x a case alone"] = round(
+        together / (alone / min(AT_ONCE, out["cores"])), 2)
+    out["cases the endpoint answered at once"] = sum(t["status"] == "answered" for t in answered)
+    out["time limit, s"] = LOAD_LIMIT
+    out["slowest case against a slower endpoint, s"] = max(t["seconds"] for t in late)
+    out["cases marked past the endpoint (fallback)"] = sum(t["status"] == "fallback" for t in late)
+    return out

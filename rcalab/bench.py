@@ -17,7 +17,7 @@ from rich.text import Text
 
 from rcalab.errors import shown
 
-BENCHES = ("testbed", "etl", "scale", "store", "wide", "rank", "diagnose", "detect")
+BENCHES = ("testbed", "etl", "scale", "store", "wide", "load", "rank", "diagnose", "detect")
 PAGE = Path("docs/benchmarks.md")  # each bench rewrites its own section
 
 
@@ -152,8 +152,18 @@ def _wide(settings: Settings, progress) -> tuple[dict, list[Table]]:
     return result, [measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods", result)]
 
 
-MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "wide": _wide, "rank": _rank,
-            "diagnose": _diagnose, "detect": _detect}
+def _load(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from features.bench import run
+    from judge.bench import LOAD_CASES, under_load
+
+    replays = _replays(Settings(settings.out, systems=["hipstershop"]), 1, LOAD_CASES, "load")
+    result = run(replays, [], scale=settings.scale or 0.01, progress=progress, measure=under_load)
+    return result, [measure_table(f"load: {name}, diagnose against a stand-in endpoint", r)
+                    for name, r in result.items()]
+
+
+MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "wide": _wide, "load": _load,
+            "rank": _rank, "diagnose": _diagnose, "detect": _detect}
 
 
 def measure_table(what: str, result: dict) -> Table:

@@ -67,7 +67,7 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt):
               help="The benchmarks page whose section of WHAT the tables rewrite.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="Volume of simulated traces and logs (default: 1.0, a real day; scale: 0.25; rank, diagnose: 0.1; "
-                   "detect: 0.05; store, wide: 0.01).")
+                   "detect: 0.05; store, wide, load: 0.01).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
@@ -93,10 +93,11 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, systems
     testbed times one simulated day and checks the fault signatures of each system's random schedule at scales
     0.005 and 0.05; etl times one simulated day's load beside the floor; scale the nightly job on four days in one
     process and on local Dask clusters; store reads a store that thirty nights filled; wide loads, ranks and scans
-    a system of 10,000 pods (three faults an hour apart and the hour before); rank ranks every case of each system's
-    random schedule, of the phase-one replay and of the real days; diagnose runs both agents on a sample of each
-    (SAMPLE of every fault type); detect finds the incidents of a simulated day of each system and of each real day,
-    and scores the confidence.
+    a system of 10,000 pods (three faults an hour apart and the hour before); load runs diagnose on sixteen
+    cases, eight at once, against a stand-in endpoint that answers at once and one slower than the time limit;
+    rank ranks every case of each system's random schedule, of the phase-one replay and of the real days; diagnose
+    runs both agents on a sample of each (SAMPLE of every fault type); detect finds the incidents of a simulated day
+    of each system and of each real day, and scores the confidence.
 
     Example: rcalab bench rank --system trainticket --random 10 --scale 0.1
     """
