@@ -43,6 +43,7 @@ bench: setup
 	$(BIN)/rcalab bench scale --out bench/results
 	$(BIN)/rcalab bench store --out bench/results
 	$(BIN)/rcalab bench wide --out bench/results
+	$(BIN)/rcalab bench load --out bench/results
 	$(BIN)/rcalab bench rank --out bench/results
 	$(BIN)/rcalab bench detect --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results
