@@ -118,8 +118,8 @@ def store_file(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("select file from pragma_database_list where name = current_database()").fetchone()[0]
 
 
-_kept: dict[tuple, object] = {}  # figures of stores, by file, load and what (`kept`); the newest KEPT
-KEPT = 64
+_kept: dict[tuple, object] = {}  # figures of stores, by file, load and what (`kept`): the newest KEPT
+KEPT = 32  # a day's hours and a few: the pods and nodes of an hour of 10,000 pods hold about 3 MB
 
 
 def kept(con: duckdb.DuckDBPyConnection, what: tuple, compute: Callable[[], T]) -> T:
