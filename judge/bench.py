@@ -123,7 +123,7 @@ def under_load(db: Path, input_json: Path, truth: Path) -> dict:
     seconds from its start to its answer (within LOAD_LIMIT + 2) and the cases marked as answered by the ranking.
     Each run starts on a store never read."""
     questions = load_questions(input_json)
-    reply = json.dumps({"action": "answer", "option": "1a", "reason": "as the evidence says"})
+    reply = json.dumps({"action": "answer", "option": "1a", "fault_type": "cpu stress", "reason": "as it says"})
     out: dict = {"cases": len(questions), "at once": AT_ONCE, "cores": os.cpu_count() or 1}
     with tempfile.TemporaryDirectory() as tmp, StubEndpoint("answer", reply) as fast, \
             StubEndpoint("hang", delay=SLOW) as slow:
