@@ -411,6 +411,23 @@ def test_a_spike_that_recurs_every_hour_is_routine_and_not_blamed(tiny):
     assert batch and all("of its day's other hours" in it.text and it.score < 0.1 for it in batch)  # was 0.5
 
 
+def test_a_count_that_moved_within_its_poisson_noise_is_no_evidence(tiny):
+    """Seen on the demo's homepage flood: errors that were 0 in most minutes (a third of a call a minute) read 1 in
+    most of the window's minutes when the load tripled, a z of 10-20 on the scale's floor, and outranked the entry
+    that was flooded. One Poisson deviation of their mean before is no fault; eight errors a minute are."""
+    rows = []
+    for i in range(MINUTES):
+        ts = T0 + dt.timedelta(minutes=i)
+        sparse = (1 if i % 6 < 4 else 0) if during(i) else (1 if i % 3 == 0 else 0)
+        rows += [(ts, "apm", "cart-0", "pod", "cart", "node-1", "error", sparse, 1),
+                 (ts, "apm", "currency-0", "pod", "currency", "node-1", "error", 8 if during(i) else i % 3 == 0, 1)]
+    tiny.con.executemany("insert into metric_points values (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    for pod, service in (("cart-0", "cart"), ("currency-0", "currency")):
+        tiny.place(pod, service)
+    found = [it for c in digest(tiny.done()).candidates for it in c.found if it.kind == "metric"]
+    assert [it.component for it in found] == ["currency-0"]
+
+
 def test_a_storage_part_that_restarts_outranks_the_sql_layer_whose_errors_echo_it(tiny):
     tiny.series("tidb-tidb", "qps", 150.0, kind="tidb", service="tidb-tidb", source="tidb")
     tiny.series("tidb-tidb", "failed_query_ops", 0.01, kind="tidb", service="tidb-tidb", source="tidb", fault=30.0)

@@ -1,5 +1,6 @@
 """Metric anomaly: the median robust z of each series over the window (a one-minute blip ranks
-low), with the median value before and during, from `metric_anomaly`."""
+low), with the median value before and during, from `metric_anomaly`; a count's z no more than its
+Poisson deviations."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ Z_FULL = 100.0  # a median z this high (the table's cap) scores 1; scores grow w
 # table's scale floor).
 PERCENT = re.compile(r"%|percent|usage_rate|util", re.I)
 BOUNDED = {"cpu", "memory", "disk"}
+COUNTED = {"errors", "traffic"}  # signals whose whole-number series count events: at least Poisson noise
 
 
 def collect(con, w: Window) -> list[Item]:
@@ -37,10 +39,11 @@ def collect(con, w: Window) -> list[Item]:
                    from metric_anomaly semi join moved using (source, component, metric)
                    where ts >= $start and ts <= $end group by all having median(abs(z)) >= $z
                    order by z desc limit 400),
-             b as (select source, component, metric, median(value) as before
+             b as (select source, component, metric, median(value) as before, avg(value) as mean,
+                          bool_and(value >= 0 and value = round(value)) as whole
                    from metric_anomaly semi join d using (source, component, metric)
                    where ts >= $own_lo and ts < $gap group by all),
-             m as (select d.*, b.before from d left join b using (source, component, metric)),
+             m as (select d.*, b.before, b.mean, b.whole from d left join b using (source, component, metric)),
              r as (select m.source, m.component, m.metric, count(distinct date_trunc('hour', c.ts)) as hours
                    from m join changepoints c using (source, component, metric)
                    where c.ts >= $day_lo and c.ts <= $day_hi and (c.ts < $own_lo or c.ts > $own_hi)
@@ -51,8 +54,19 @@ def collect(con, w: Window) -> list[Item]:
         order by m.z desc""", {"start": w.start, "end": w.end, "z": Z_MIN, "gap": w.start - GAP,
                                 "day_lo": lo, "day_hi": hi, "own_lo": own_lo, "own_hi": own_hi})
     other = other_hours(con, lo, hi, own_lo, own_hi)
+    found = [m | {"z": min(m["z"], chance_z(m))} for m in found]
     return [item(m, min(1.0, m["hours"] / other) if other >= 1 else 0.0) for m in found
-            if faulty_change(m["metric"], m["before"], m["during"])]
+            if m["z"] >= Z_MIN and faulty_change(m["metric"], m["before"], m["during"])]
+
+
+def chance_z(m: dict) -> float:
+    """How far a count moved in the Poisson deviations of its mean before (errors or calls counted a minute, whole
+    numbers before): a count is at least that noisy however steady it looked. Sparse errors that were mostly 0 and
+    read 1 in most of the window's minutes moved a long way on a robust scale with a floor, and one deviation here
+    when their mean before was 0.3 (the load tripled, and their callers' errors with it)."""
+    if not m["whole"] or m["during"] is None or not m["mean"] or signal_of(m["metric"]) not in COUNTED:
+        return math.inf
+    return abs(m["during"] - m["mean"]) / math.sqrt(m["mean"])
 
 
 def other_hours(con, lo, hi, own_lo, own_hi) -> float:
