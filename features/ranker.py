@@ -20,9 +20,9 @@
    no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
    (its messages waiting) is explained by an anomalous dependency (its broker), or by an anomalous caller where it
    took more messages than before (its producers' load), and is its own where neither is. A unit
-   with no local signal at
-   all is an echo of something, seen or not. The deepest anomalous unit with healthy
-   dependencies ranks first.
+   with no local signal at all is an echo of something it calls, seen or not; one that is called and
+   calls nothing, traced or declared, is slow or failing on its own. The deepest anomalous unit with
+   healthy dependencies ranks first.
 5. Where a component's own code path broke in its spans (as much as makes a unit anomalous), a component whose
    evidence is one resource metric's change (no failed or slowed call reaches it, its paths held: nothing felt it)
    counts as an echo does.
@@ -124,6 +124,11 @@ def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str,
     return {u for u, its in units.items() if service_of.get(u, u) in entry and any(fell(it) for it in its)}
 
 
+def leaf(g: nx.DiGraph, u: str, nodes: set[str]) -> bool:
+    """Whether a unit is called and calls nothing, traced or declared: its latency or errors are its own."""
+    return bool(callers(g, u, 1)) and not any(d not in nodes for d in depends_on(g, u, 1))
+
+
 def down(items: list[Item]) -> bool:
     """Whether a unit's own liveness broke: its processes stopped, or it says it is not up (a restart)."""
     return any(it.signal in LIVENESS and (it.fell or it.kind == "silence") and not it.echo for it in items)
@@ -221,8 +226,8 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         worst, by = max(((felt[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
-        unexplained = not any(local(it) for it in units[u])
-        c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
+        unexplained = not any(local(it) for it in units[u])  # its load comes from callers, its latency from below
+        c.score = anomaly(units[u], up=c.explained_by is not None or (unexplained and not leaf(g, u, nodes)),
                           down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}),
                           unreachable=any(down(units[d]) for d in deps if d in units and d != u))
         if broke - {u} and unfelt(units[u]):

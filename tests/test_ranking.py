@@ -158,6 +158,19 @@ def test_the_callee_that_throws_outranks_the_callers_that_log_it(tiny):
     assert d.options["c"][0].fault_type == "jvm exception"
 
 
+def test_a_callee_that_calls_nothing_is_slow_on_its_own_however_little_else_moved(tiny):
+    """Seen on the demo's slow image loads: the image service answered a second late, and nothing else of it
+    moved. A unit with no local signal is an echo of what it depends on, but it depends on nothing: the proxy
+    that waited on it (an echo) tied with it, and came first by its name."""
+    tiny.chain(["api", "images"])
+    for service, rrt in (("api", 2000.0), ("images", 1000.0)):
+        tiny.place(f"{service}-0", service)
+        tiny.series(f"{service}-0", "rrt", rrt, service=service, source="apm", fault=rrt + 30000.0)
+    images, api = digest(tiny.done()).candidates[:2]
+    assert (images.component, api.component, api.explained_by) == ("images", "api", "images")
+    assert images.score > 2 * api.score  # not an echo: the two tied
+
+
 def test_a_latency_that_stops_says_nobody_called_not_that_the_pod_is_gone(tiny):
     """Seen on the Train Ticket day: when the load fell, a service's client latency had no values for three
     minutes (no calls out), and read as a dead pod it made a quiet window the day's most abnormal."""
