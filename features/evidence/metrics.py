@@ -35,14 +35,17 @@ def collect(con, w: Window) -> list[Item]:
         with -- a median past Z_MIN needs half its values past it: a sieve that sorts nothing (many series)
              moved as (select source, component, metric from metric_anomaly where ts >= $start and ts <= $end
                        group by all having count(*) filter (where abs(z) >= $z) * 2 >= count(z)),
+             -- `component in`: a filter the scan applies before it reads a row's other columns (of many components,
+             -- twice as fast as the semi join alone)
              d as (select source, component, metric, median(abs(z)) as z, median(value) as during
                    from metric_anomaly semi join moved using (source, component, metric)
-                   where ts >= $start and ts <= $end group by all having median(abs(z)) >= $z
+                   where ts >= $start and ts <= $end and component in (select component from moved)
+                   group by all having median(abs(z)) >= $z
                    order by z desc limit 400),
              b as (select source, component, metric, median(value) as before, avg(value) as mean,
                           bool_and(value >= 0 and value = round(value)) as whole
                    from metric_anomaly semi join d using (source, component, metric)
-                   where ts >= $own_lo and ts < $gap group by all),
+                   where ts >= $own_lo and ts < $gap and component in (select component from d) group by all),
              m as (select d.*, b.before, b.mean, b.whole from d left join b using (source, component, metric)),
              r as (select m.source, m.component, m.metric, count(distinct date_trunc('hour', c.ts)) as hours
                    from m join changepoints c using (source, component, metric)
