@@ -20,9 +20,9 @@
    no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
    (its messages waiting) is explained by an anomalous dependency (its broker), or by an anomalous caller where it
    took more messages than before (its producers' load), and is its own where neither is. A unit
-   with no local signal at all is an echo of something it calls, seen or not; one that is called and
-   calls nothing, traced or declared, is slow or failing on its own. The deepest anomalous unit with
-   healthy dependencies ranks first.
+   with no local signal at all is an echo of something it calls, seen or not; but one that is called and
+   calls nothing, traced or declared, waits on nothing: its latency is its own work (its errors may still be
+   what its callers sent it). The deepest anomalous unit with healthy dependencies ranks first.
 5. Where a component's own code path broke in its spans (as much as makes a unit anomalous), a component whose
    evidence is one resource metric's change (no failed or slowed call reaches it, its paths held: nothing felt it)
    counts as an echo does.
@@ -76,12 +76,15 @@ def local(item: Item) -> bool:
     return not item.echo and (item.signal == LAG or item.signal not in UPWARD | DOWNWARD)
 
 
-def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable: bool = False) -> float:
+def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable: bool = False,
+            slow_alone: bool = False) -> float:
     """The strongest signals with falling weights; echoes, and what a dependency (`up`) or a caller (`down`)
     explains, weigh less; so do errors that start here where a dependency is down (`unreachable`): a call to a
-    part that is not there fails where it is made, and an untraced part (a database) has no span to fail in."""
+    part that is not there fails where it is made, and an untraced part (a database) has no span to fail in. A unit
+    that calls nothing (`slow_alone`) waits on nothing: its latency is its own work (its errors may still be what
+    its callers sent it)."""
     best: dict[str, float] = {}
-    upward = UPWARD | {LAG} | ({ERROR_ORIGIN} if unreachable else set())
+    upward = (UPWARD - {"latency"} if slow_alone else UPWARD) | {LAG} | ({ERROR_ORIGIN} if unreachable else set())
     downward = DOWNWARD | ({LAG} if fed(items) else set())
     for it in items:
         explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in downward)
@@ -125,7 +128,7 @@ def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str,
 
 
 def leaf(g: nx.DiGraph, u: str, nodes: set[str]) -> bool:
-    """Whether a unit is called and calls nothing, traced or declared: its latency or errors are its own."""
+    """Whether a unit is called and calls nothing, traced or declared."""
     return bool(callers(g, u, 1)) and not any(d not in nodes for d in depends_on(g, u, 1))
 
 
@@ -226,10 +229,11 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         worst, by = max(((felt[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
-        unexplained = not any(local(it) for it in units[u])  # its load comes from callers, its latency from below
-        c.score = anomaly(units[u], up=c.explained_by is not None or (unexplained and not leaf(g, u, nodes)),
+        unexplained = not any(local(it) for it in units[u])
+        c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
                           down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}),
-                          unreachable=any(down(units[d]) for d in deps if d in units and d != u))
+                          unreachable=any(down(units[d]) for d in deps if d in units and d != u),
+                          slow_alone=c.explained_by is None and leaf(g, u, nodes))
         if broke - {u} and unfelt(units[u]):
             c.score *= ECHO_WEIGHT
         if c.level == "node" and len(hosted[u]) >= 2:
