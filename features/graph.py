@@ -91,7 +91,12 @@ def _calls(g: nx.DiGraph, component: str, hops: int, upstream: bool) -> set[str]
 def depends_on(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
     """What a component calls within `hops` calls (a pod calls what its service calls), and its node."""
     nodes = {v for _, v, k in g.out_edges(component, data="kind") if k == "runs on"} if component in g else set()
-    return _calls(g, component, hops, upstream=False) | nodes
+    return callees(g, component, hops) | nodes
+
+
+def callees(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:
+    """What a component calls within `hops` calls (a pod calls what its service calls)."""
+    return _calls(g, component, hops, upstream=False)
 
 
 def callers(g: nx.DiGraph, component: str, hops: int = 2) -> set[str]:

@@ -37,7 +37,7 @@ from functools import cached_property
 import networkx as nx
 
 from .evidence import Item, Window, collect
-from .graph import call_edges, callers, dependency_graph, depends_on, entries, topology
+from .graph import call_edges, callees, callers, dependency_graph, depends_on, entries, topology
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
 ECHO_WEIGHT = 0.3
@@ -127,9 +127,9 @@ def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str,
     return {u for u, its in units.items() if service_of.get(u, u) in entry and any(fell(it) for it in its)}
 
 
-def leaf(g: nx.DiGraph, u: str, nodes: set[str]) -> bool:
+def leaf(g: nx.DiGraph, u: str) -> bool:
     """Whether a unit is called and calls nothing, traced or declared."""
-    return bool(callers(g, u, 1)) and not any(d not in nodes for d in depends_on(g, u, 1))
+    return bool(callers(g, u, 1)) and not callees(g, u, 1)
 
 
 def down(items: list[Item]) -> bool:
@@ -233,7 +233,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
                           down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}),
                           unreachable=any(down(units[d]) for d in deps if d in units and d != u),
-                          slow_alone=c.explained_by is None and leaf(g, u, nodes))
+                          slow_alone=c.explained_by is None and leaf(g, u))
         if broke - {u} and unfelt(units[u]):
             c.score *= ECHO_WEIGHT
         if c.level == "node" and len(hosted[u]) >= 2:
