@@ -64,9 +64,9 @@ def collect(con, w: Window) -> list[Item]:
 
 def chance_z(m: dict) -> float:
     """How far a count moved in the Poisson deviations of its mean before (errors or calls counted a minute, whole
-    numbers before): a count is at least that noisy however steady it looked. Sparse errors that were mostly 0 and
-    read 1 in most of the window's minutes moved a long way on a robust scale with a floor, and one deviation here
-    when their mean before was 0.3 (the load tripled, and their callers' errors with it)."""
+    numbers before): a count is at least that noisy however steady it looked. Sparse errors with a mean of 0.3
+    before that read 1 in most of the window's minutes (the load tripled) are z 10-20 on the robust scale's floor,
+    and one deviation here."""
     if not m["whole"] or m["during"] is None or not m["mean"] or signal_of(m["metric"]) not in COUNTED:
         return math.inf
     return abs(m["during"] - m["mean"]) / math.sqrt(m["mean"])

@@ -50,7 +50,8 @@ def collect(con, w: Window) -> list[Item]:
                              having count(*) filter (where value = 0) <= $share * count(*)),
                  b as (select component, metric, median(value) as before from metric_anomaly
                        semi join stopped using (component, metric)
-                       where ts >= $lo and ts < $hi and component in (select component from stopped) group by all
+                       where ts >= $lo and ts < $hi and component in (select component from stopped)  -- scanned first
+                       group by all
                        having count(*) filter (where value = 0) <= $zeros * count(*)  -- a sieve for the quantile's cost
                        and quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
                        and count(distinct date_trunc('minute', ts)) >= $present * $had)  -- and hardly ever missing
