@@ -30,7 +30,7 @@ from features.options import DERIVED
 
 from .facts import held, known, unfounded
 from .prompt import FAULT_TYPES, REASON_CHARS, fault_types_for, option_ids, step_schema, system_prompt, user_prompt
-from .rank import REASON_WORDS, evidence_steps, reason, trace_of, words
+from .rank import REASON_WORDS, evidence_steps, reason, trace_of, where_felt, words
 from .rank import answer as rank_answer
 from .tools import TOOLS, TRACE_ACTION, Context, checks_of, run_tool
 
@@ -271,7 +271,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
                         why_not_top = f"the ranking was unsure between {', '.join(rivals)}; the model chose {component}"
                     chosen = next(c for c in digest.candidates if c.component == component)
                     text = reason(component, step["fault_type"], option.key, chosen.found or chosen.evidence,
-                                  confirmed.get(component, []))
+                                  confirmed.get(component, []), where_felt(digest, component))
                     # The model may word the reason, never add a fact: what it states must be what the store holds.
                     store_said = known(con, ctx.window, digest, results)
                     own = str(step.get("reason", ""))

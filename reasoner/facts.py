@@ -17,7 +17,7 @@ import duckdb
 from features.digest import Digest
 from features.evidence import Window
 
-from .rank import evidence_steps, reason
+from .rank import evidence_steps, reason, where_felt
 
 QUOTE = re.compile(r"'([^']{3,})'")
 NUMBER = re.compile(r"(?<![\w.:])\d+(?:[.:]\d+)*[kMG%]?(?![\w])")  # 1.9, 1.1k, 40%, 10:05
@@ -68,7 +68,8 @@ def known(con: duckdb.DuckDBPyConnection, w: Window, digest: Digest, read: Seque
         evidence = c.found or c.evidence
         said += [f"{e.text}\n{e.line}\n{e.key}" for e in evidence]
         said += [f"{s['action']}\n{s['observation']}" for s in evidence_steps(digest, c.component)]
-        said += [reason(c.component, o.fault_type, o.key, evidence) for o in digest.options.get(c.component, [])]
+        said += [reason(c.component, o.fault_type, o.key, evidence, felt=where_felt(digest, c.component))
+                 for o in digest.options.get(c.component, [])]
     return Known(con, w, "\n".join(said))
 
 

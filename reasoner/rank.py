@@ -10,7 +10,7 @@ from features.digest import Digest
 from features.evidence import fmt, signal_of
 from features.evidence.logs import ERROR_WORDS, LEVELS, PLACEHOLDER, WHERE
 from features.path import failed, slowed, troubled, written
-from features.ranker import UPWARD
+from features.ranker import METRIC_KINDS, UPWARD
 
 REASON_WORDS = 40
 OBSERVATION_WORDS = 20
@@ -65,16 +65,20 @@ def _own(evidence: list) -> list:
     return sorted((e for e in evidence if not e.echo), key=lambda e: e.kind not in NAMED)
 
 
-def reason(component: str, fault_type: str, key: str, evidence: list, checked: Sequence[str] = ()) -> str:
+def reason(component: str, fault_type: str, key: str, evidence: list, checked: Sequence[str] = (),
+           felt: Sequence = ()) -> str:
     """One sentence: the fault type in the component, the key metric or keyword and how it moved (in how many
-    pods), then the other keys of its own evidence, of other signals than the key's first (`diverse`) among those
-    at least `STRONG` of the strongest's strength (a second measure of a strong signal says more than a weak
-    signal), and what a check of it found besides (`checked`)."""
+    pods); where none of its own metrics moved, the metric that moved most where it was felt (`felt`, in the
+    components it explains); then the other keys of its own evidence, of other signals than the key's first
+    (`diverse`) among those at least `STRONG` of the strongest's strength (a second measure of a strong signal says
+    more than a weak signal), and what a check of it found besides (`checked`)."""
     own = _own(evidence)
     first = next((e for e in own if e.key == key), None)
     pods = len({e.component for e in own if e.key == key})
     head = f"{fault_type[:1].upper()}{fault_type[1:]} in {component}: {key}" + (moved(first) if first else "")
     head += f" in {pods} pods" if pods > 1 else ""
+    if felt and not any(e.kind in METRIC_KINDS | {"silence"} for e in own):
+        head += f"; felt in {felt[0].component} as {said(felt[0])}"
     strength: dict[str, float] = {}
     for e in own:
         strength[e.key] = max(strength.get(e.key, 0.0), e.blame)
@@ -86,6 +90,13 @@ def reason(component: str, fault_type: str, key: str, evidence: list, checked: S
     while others and len(f"{head}; also {', '.join(others)}.".split()) > REASON_WORDS:
         others.pop()
     return f"{head}; also {', '.join(others)}." if others else f"{head}."
+
+
+def where_felt(digest: Digest, component: str) -> list:
+    """Where `component`'s fault was felt: the latency and error metrics of the candidates it explains (what travels
+    up the calls to a cause), strongest first."""
+    return sorted((e for c in digest.candidates if c.explained_by == component for e in c.found or c.evidence
+                   if e.kind in METRIC_KINDS and e.signal in UPWARD), key=lambda e: -e.blame)
 
 
 def brief(item) -> str:
@@ -314,5 +325,6 @@ def answer(digest: Digest) -> dict | None:
     options = digest.options.get(top.component) or []
     fault_type, key = (options[0].fault_type, options[0].key) if options else ("unknown", top.evidence[0].key)
     return {"uuid": digest.uuid, "component": top.component,
-            "reason": reason(top.component, fault_type, key, top.found or top.evidence),
+            "reason": reason(top.component, fault_type, key, top.found or top.evidence,
+                             felt=where_felt(digest, top.component)),
             "reasoning_trace": trace_of(evidence_steps(digest, top.component))}

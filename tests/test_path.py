@@ -133,3 +133,24 @@ def test_a_reason_names_a_second_measure_of_a_strong_signal_before_a_weak_signal
                 item("metric", "memory", 0.11, "MemoryUsage(Mi)")]
     said = reason("b", "cpu stress", "call latency", evidence)
     assert said.split("; also ")[1].rstrip(".").split(", ")[:2] == ["CpuUsage(m)", "CpuUsageRate(%)"]
+
+
+def test_a_reason_whose_cause_moved_no_metric_of_its_own_names_where_it_was_felt():
+    """Seen on simulated Train Ticket network delays: the delayed callee's own metrics do not move (its callers
+    wait), and the reason named only the span offset the traces give, no metric of the dump (the truth's rrt)."""
+    from types import SimpleNamespace
+
+    from features.ranker import Candidate
+    from reasoner.rank import reason, where_felt
+
+    own = [Item("b", "trace", 0.9, "NetworkP90(ms)", "trace NetworkP90(ms) of b: 0.188 -> 119 ms", "link")]
+    caller = Candidate("a", "service", 0.1, explained_by="b", evidence=[
+        Item("a-0", "metric", 0.3, "request", "metric request of a-0: 900 -> 500 (z 5)", "traffic"),
+        Item("a-0", "metric", 0.5, "rrt", "metric rrt of a-0: 107.0k -> 391.7k (z 15)", "latency")])
+    felt = where_felt(SimpleNamespace(candidates=[Candidate("b", "service", 0.9, own), caller]), "b")
+    assert [e.key for e in felt] == ["rrt"]  # what travels up the calls, not the traffic that fell with it
+    said = reason("b", "network delay", "NetworkP90(ms)", own, felt=felt)
+    assert said == "Network delay in b: NetworkP90(ms) rose from 0.188 to 119 ms; felt in a-0 as rrt rose from " \
+                   "107.0k to 391.7k."
+    own_metric = Item("b-0", "metric", 0.4, "rrt", "metric rrt of b-0: 1.0k -> 9.0k (z 9)", "latency")
+    assert "felt" not in reason("b", "network delay", "NetworkP90(ms)", own + [own_metric], felt=felt)
