@@ -120,8 +120,10 @@ CODE = re.compile(r"code = (\w+)")
 CLAUSE = re.compile(r": |desc = ?|rpc error|code = ?\w*")
 JSON_TAIL = re.compile(r'",\s*"\w+":.*$')  # the rest of a JSON log record after its message
 ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+|<IP>|^dial tcp|^transport$|^connection error$")  # where, not what
-# None is what failed: a correlation id and its label, a stack frame ("at a.B.c(B.java:12)").
-BESIDE = re.compile(r"\b(?:trace|span)[ _-]?id\b\s*[:=]?|\b[0-9a-f]{16,}\b|\s+at [\w$.<>]+\([^)]*\)", re.I)
+# None is what failed: a correlation id and its label, a stack frame ("at a.B.c(B.java:12)"), the quoted URL a
+# request went to (where, as an address is: 'I/O error on request for "http://cart:8080/api": Connection reset').
+BESIDE = re.compile(r"\b(?:trace|span)[ _-]?id\b\s*[:=]?|\b[0-9a-f]{16,}\b|\s+at [\w$.<>]+\([^)]*\)|"
+                    r"(?:\s+for)?\s+\"https?://[^\s\"]*[^\s\":]\"?", re.I)
 
 
 def _bare(line: str) -> str:
