@@ -135,7 +135,7 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
 def _served(topo: Topology, traffic: Hour, methods: list[str], events: _Events) -> None:
     """The lines an operation writes as it runs, its log steps spread over its span: all of them where it succeeded,
     those up to the step where a code fault broke its path (that step's other branch where a method returned a
-    wrong value; an exception after it, where it threw), none where it failed otherwise."""
+    wrong value; the framework's error line as the request unwinds, where it threw), none where it failed otherwise."""
     done = traffic.served
     key = np.stack([done.pod, done.method, done.cut, done.broke, done.kind != 0], 1)
     for (pod, method, cut, broke, failed), idx in _by(key).items():
@@ -153,8 +153,9 @@ def _served(topo: Topology, traffic: Hour, methods: list[str], events: _Events) 
             if broke and i == cut and BREAKS[broke] == "return":
                 text, level = step.otherwise or step.log, step.otherwise_level
             events.add(ts, pod, level, text, trace=done.trace_id[idx], span=done.span_id[idx])
-            if broke and i == cut and BREAKS[broke] == "exception":
-                events.add(ts + 1, pod, "error", _exception(comp, step.log), trace=done.trace_id[idx],
+            if broke and i == cut and BREAKS[broke] == "exception":  # logged as the request unwinds, at its end
+                unwound = np.maximum(done.start_us[idx] + done.duration_us[idx], ts + 1000)  # a log's ms after
+                events.add(unwound, pod, "error", _exception(comp, step.log), trace=done.trace_id[idx],
                            span=done.span_id[idx])
 
 

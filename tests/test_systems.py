@@ -16,6 +16,7 @@ from features.cases import load_questions
 from features.digest import build_digest
 from features.refresh import nightly
 from etl import store
+from etl.loader import run_etl
 from rcalab.cli import cli
 from testbed.faults import busiest_site, code_site, get
 from testbed.schedule import Case, format_time
@@ -126,6 +127,31 @@ def test_a_code_fault_acts_where_requests_run(tmp_path):
     system = load(write(tmp_path, shop))
     assert code_site(system.components["orders"], "exception")[0] == "Audit"
     assert busiest_site(system, "orders", "exception") == ("Place", 0, "o.Orders#10_o.Orders#20")
+
+
+def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_path):
+    """The framework logs a thrown exception as the request unwinds: after the line the method wrote before it threw,
+    by at least the millisecond a log line is written to (in the same millisecond the two read in either order, and
+    the path seems to break before that line, not after it, where the truth says)."""
+    shop = changed(SHOP, "components/orders/operations/Place/steps",
+                   [{"log": "o.Orders#10 placing order {id}"}, {"log": "o.Orders#20 placed {id}"},
+                    {"call": "db.INSERT"}, {"publish": "queue.orders"}])
+    shop = changed(changed(shop, "faults/exception", ["service"]), "components/orders/log_style", "spring")
+    system = load(write(tmp_path, shop))
+    topo = Topology.build(4, system)
+    kind = get("exception", system)
+    target = next(t for t in kind.candidates(topo) if t.level == "service")
+    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(minutes=10)
+    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
+    simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
+    run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
+    con = store.connect(tmp_path / "shop.duckdb", read_only=True)
+    after = con.execute("""select bool_and(thrown.ts > line.ts), count(*) from log_lines thrown
+                           join log_lines line using (trace_id, span_id)
+                           where thrown.service = 'orders' and thrown.level = 'ERROR' and line.event = 'o.Orders#10'
+                        """).fetchone()
+    assert case.truth["key_metrics"] == ["o.Orders#10_o.Orders#20"] and after[0] and after[1] >= 10, after
 
 
 @pytest.fixture(scope="module")
