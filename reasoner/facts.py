@@ -65,10 +65,10 @@ def known(con: duckdb.DuckDBPyConnection, w: Window, digest: Digest, read: Seque
     results `read`."""
     said = [digest.text, *read]
     for c in digest.candidates:
-        evidence = c.found or c.evidence
+        evidence, felt = c.found or c.evidence, where_felt(digest, c.component)
         said += [f"{e.text}\n{e.line}\n{e.key}" for e in evidence]
         said += [f"{s['action']}\n{s['observation']}" for s in evidence_steps(digest, c.component)]
-        said += [reason(c.component, o.fault_type, o.key, evidence, felt=where_felt(digest, c.component))
+        said += [reason(c.component, o.fault_type, o.key, evidence, felt=felt)
                  for o in digest.options.get(c.component, [])]
     return Known(con, w, "\n".join(said))
 

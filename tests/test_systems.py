@@ -88,6 +88,13 @@ def changed(description, where: str, value):
     return out
 
 
+def with_code_positions(description):
+    """The shop with orders' Place logging two code positions in a row (`logger#line`): where a code fault acts."""
+    return changed(description, "components/orders/operations/Place/steps",
+                   [{"log": "o.Orders#10 placing order {id}"}, {"log": "o.Orders#20 placed {id}"},
+                    {"call": "db.INSERT"}, {"publish": "queue.orders"}])
+
+
 @pytest.mark.parametrize("where, value, message", [
     ("components/catalog/operations/List/steps/1", {"call": "nowhere.GET"},
      "components.catalog.operations.List.steps[1].call: 'nowhere' is not a declared component"),
@@ -119,9 +126,7 @@ def test_every_shipped_system_loads_and_names_what_it_simulates():
 def test_a_code_fault_acts_where_requests_run(tmp_path):
     """Of a service's operations with code positions to break, a code fault acts in the one the workload calls, not
     in a longer one no request reaches (that fault would leave nothing abnormal to find)."""
-    shop = changed(SHOP, "components/orders/operations/Place/steps",
-                   [{"log": "o.Orders#10 placing order {id}"}, {"log": "o.Orders#20 placed {id}"},
-                    {"call": "db.INSERT"}, {"publish": "queue.orders"}])
+    shop = with_code_positions(SHOP)
     shop = changed(shop, "components/orders/operations/Audit",
                    {"steps": [{"log": f"o.Audit#{n} step {n}"} for n in (1, 2, 3, 4, 5, 6)]})
     system = load(write(tmp_path, shop))
@@ -133,9 +138,7 @@ def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_pa
     """The framework logs a thrown exception as the request unwinds: after the line the method wrote before it threw,
     by at least the millisecond a log line is written to (in the same millisecond the two read in either order, and
     the path seems to break before that line, not after it, where the truth says)."""
-    shop = changed(SHOP, "components/orders/operations/Place/steps",
-                   [{"log": "o.Orders#10 placing order {id}"}, {"log": "o.Orders#20 placed {id}"},
-                    {"call": "db.INSERT"}, {"publish": "queue.orders"}])
+    shop = with_code_positions(SHOP)
     shop = changed(changed(shop, "faults/exception", ["service"]), "components/orders/log_style", "spring")
     system = load(write(tmp_path, shop))
     topo = Topology.build(4, system)
