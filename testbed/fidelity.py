@@ -4,7 +4,8 @@ its code path changed, and what its callers saw (slower calls, failing calls, pa
 Per fault type, the signature most of its cases show in a real store is held against the one most of its simulated
 cases show: the agreement is the share of the signature's parts that agree, of those that moved in either (parts
 that moved in neither are left out: they would agree for free, and so are parts a store cannot show: failing calls
-where its spans carry no status, as Nezha's do not)."""
+where its spans carry no status, as Nezha's do not, and a kind of metric whose every series in the store stays the
+same value all along, as Nezha's success rates do, at 0)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ REAL_TYPES = {"cpu_contention": "cpu stress", "network_delay": "network delay", 
               "return": "wrong return"}
 
 
+def _signal(metric: str) -> str:
+    signal = signal_of(metric)
+    return "cpu" if signal == "processes" else signal
+
+
 def signature(con, row: dict) -> dict[str, str]:
     """The signature of one case (a ground-truth row) in a store."""
     cause = service_of(row["service"] or (row["instance"] if isinstance(row["instance"], str) else row["instance"][0]))
@@ -41,9 +47,7 @@ def signature(con, row: dict) -> dict[str, str]:
                          "end": w.end}).fetchall()
     strongest: dict[str, float] = {}
     for metric, z in moves:
-        signal = signal_of(metric)
-        if signal == "processes":
-            signal = "cpu"
+        signal = _signal(metric)
         if signal not in SIGNALS or abs(z) < Z:
             continue
         z = -z if LEFT.search(metric) else z  # what is left falls where the fault's signal rises
@@ -77,10 +81,14 @@ def signatures(db: Path, truth: Path, types: dict[str, str] | None = None) -> di
     out: dict[str, list[dict]] = defaultdict(list)
     try:
         status = con.execute("select count(status_code) from spans").fetchall()[0][0]
+        varies = {_signal(m) for (m,) in con.execute(
+            "select metric from metric_points group by metric having min(value) < max(value)").fetchall()}
         for row in map(json.loads, Path(truth).read_text().splitlines()):
             found = signature(con, row)
             if not status:
                 found["callers' calls failing"] = UNSEEN
+            for signal in set(SIGNALS) - varies:
+                found[f"own {signal}"] = UNSEEN
             out[(types or {}).get(row["fault_type"], row["fault_type"])].append(found)
     finally:
         con.close()

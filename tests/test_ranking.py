@@ -1,6 +1,7 @@
 """Evidence families and the ranker on tiny stores built by hand: a silent pod, a TiDB part behind
 its caller, a storage part that restarts behind the SQL layer, an exception logged by the callee and
-echoed by its callers, a vanished template, a slow link."""
+echoed by its callers, a vanished template, a slow link; and a fault's signature where a store cannot show a kind
+of metric."""
 
 import datetime as dt
 import math
@@ -677,3 +678,20 @@ def test_a_dead_process_names_a_pod_failure_before_the_traffic_it_stopped_servin
     gone = Item("a-0", "silence", 1.0, "pod_processes", "silence pod_processes of a-0: 2 -> 0", "silence")
     assert options(sorted([cpu, gone], key=strength), "pod")[0] == Option(
         "pod failure", "pod_processes", gone.text, "silence")
+
+
+def test_a_kind_of_metric_a_store_keeps_at_one_value_is_a_part_of_the_signature_it_cannot_show(tiny, tmp_path):
+    """Nezha's success rates read 0 all day: that store cannot show errors, so a fault's signature there leaves its
+    own errors unseen rather than 'none' (which would disagree with a simulated day where they rose)."""
+    from testbed.fidelity import UNSEEN, signatures
+
+    tiny.place("x-0", "x")
+    tiny.series("x-0", "PodSuccessRate(%)", 0.0, service="x")
+    tiny.series("x-0", "pod_cpu_usage", 0.1, service="x", fault=0.9)
+    tiny.series("x-0", "pod_memory_working_set_bytes", 2e8, service="x")
+    tiny.done().close()
+    truth = tmp_path / "truth.jsonl"
+    truth.write_text(f'{{"fault_type": "cpu stress", "service": "x", "instance": "x", '
+                     f'"start_time": "{START:%Y-%m-%dT%H:%M:%SZ}", "end_time": "{END:%Y-%m-%dT%H:%M:%SZ}"}}\n')
+    found = signatures(tmp_path / "tiny.duckdb", truth)["cpu stress"][0]
+    assert (found["own cpu"], found["own errors"], found["own memory"]) == ("up", UNSEEN, "none")
