@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .workload import BASE_ERR, MINUTES, Day, requests_per_entry_request
+from .workload import MINUTES, Day, own_failures, requests_per_entry_request
 
 APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
 INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
@@ -29,6 +29,7 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
     per_request = requests_per_entry_request(system)
     times = _times(day)
     traced = [c.name for c in system.components.values() if c.apm]
+    own_err = own_failures(day)
     out: dict[str, pa.Table] = {}
     by_service: dict[str, list[dict]] = {s: [] for s in traced}
     for service in traced:
@@ -44,7 +45,7 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
             tries = np.where(day.unreachable[:, i], RETRIES, 1.0)
             request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * tries)
             failed = np.where(day.unreachable[:, i], request, 0)
-            own = np.clip(BASE_ERR + day.own_err[:, i], 0, 1)
+            own = own_err[:, i]
             downstream = np.clip(pod_err[:, i] - own - day.unreachable[:, i], 0, 1)
             timeout = rng.binomial(request - failed, np.clip((pod_ms[:, i] - 800) / 5000, 0, 0.5))
             row = {

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .faults import ERRORS, TRANSIENT, status_text
 from .topology import Topology
-from .workload import BASE_ERR, MINUTES, Day, flows
+from .workload import BASE_ERR, FAILING, MINUTES, Day, flows
 
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
 _CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
@@ -184,7 +184,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                 hit = (rng.random(n) < b.share[minute, pod[k]]) & (cut[k] > b.step)
                 cut[k] = np.where(hit, b.step, cut[k])
                 broke[k] = np.where(hit, BREAKS.index(b.kind), broke[k])
-                if b.kind in ("exception", "fail"):
+                if b.kind in FAILING:
                     kind[k] = np.where(hit, KINDS.index("exception" if b.kind == "exception" else "failed"), kind[k])
             if node.parent < 0:
                 continue

@@ -165,6 +165,9 @@ class LogBurst:
     severity: str = "error"
 
 
+FAILING = ("exception", "fail")  # the kinds of `PathBreak` that fail the request they hit
+
+
 @dataclass(frozen=True)
 class PathBreak:
     """A fault in an operation's code: at its step `step`, for `share` of its requests per minute and pod (M, pods),
@@ -275,6 +278,20 @@ def derive_node_kpis(node_kpi: dict[str, np.ndarray]) -> None:
     node_kpi["node_filesystem_free_bytes"] = size * (1 - node_kpi["node_filesystem_usage_rate"] / 100)
 
 
+def own_failures(day: Day) -> np.ndarray:
+    """(M, pods) the share of each pod's requests that fail inside it: its own errors, and the requests a code fault
+    fails, as the broken operation's share of the requests its service serves."""
+    per_operation = operations_per_entry_request(day.topo.system)
+    per_service = requests_per_entry_request(day.topo.system)
+    err = BASE_ERR + day.own_err
+    for (service, operation), breaks in day.breaks.items():
+        weight = per_operation.get((service, operation), 0.0) / max(per_service.get(service, 0.0), 1e-12)
+        for b in breaks:
+            if b.kind in FAILING:
+                err = err + weight * b.share
+    return np.clip(err, 0, 1)
+
+
 def expected_latency(day: Day) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean server time (ms), failure ratio and the time of the slowest operation (ms) per minute and pod, from the
     effect fields.
@@ -288,7 +305,7 @@ def expected_latency(day: Day) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kids = calls_per_request(topo.system)
     own = np.array([topo.component(p).own_ms for p in topo.pods]) * 1.06  # lognormal mean
     pod_ms = own * day.own_factor + day.own_extra_ms
-    pod_err = np.clip(BASE_ERR + day.own_err + day.unreachable, 0, 1)
+    pod_err = np.clip(own_failures(day) + day.unreachable, 0, 1)
     svc_ms: dict[str, np.ndarray] = {}
     svc_err: dict[str, np.ndarray] = {}
     for service in _callee_first(kids, topo.system.components):

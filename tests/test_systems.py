@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -18,11 +19,13 @@ from features.refresh import nightly
 from etl import store
 from etl.loader import run_etl
 from rcalab.cli import cli
-from testbed.faults import busiest_site, code_site, get
+from testbed.faults import FAULTS, Target, busiest_site, code_site, get
+from testbed.metrics import apm_tables
 from testbed.schedule import Case, format_time
 from testbed.simulate import simulate
 from testbed.system import load, shipped_names
 from testbed.topology import Topology
+from testbed.workload import build_day, expected_latency
 
 # A shop written for this test alone: an entry, a service that writes orders to PostgreSQL and publishes them to
 # Kafka, two consumers of the topic, and a cache.
@@ -180,6 +183,24 @@ def shop_store(tmp_path_factory):
     db = tmp / "shop.duckdb"
     nightly(dump, db)
     return db, dump, cases
+
+
+def test_the_requests_a_code_fault_fails_are_errors_in_the_metrics_as_in_the_spans(tmp_path):
+    """A failure switch on one operation fails a share of its requests: its service's server errors and its caller's
+    client errors count them, in the share that operation has of their requests (the spans already failed them)."""
+    system = load(write(tmp_path, SHOP))
+    topo = Topology.build(0, system)
+    day = build_day(dt.date(2025, 6, 6), topo, 0)
+    during, before = slice(600, 660), slice(300, 560)
+    catalog = Target("service", tuple(topo.pods_of("catalog")))
+    FAULTS["operation failure"].apply(day, catalog, during, np.random.default_rng(0), operation="List", share=0.5)
+    tables = apm_tables(day, expected_latency(day), np.random.default_rng(0))
+
+    def ratio(component, kind, minutes):  # percent of the component's requests, over the minutes
+        return tables[component].column(f"{kind}_ratio").to_numpy()[minutes].mean()
+
+    assert ratio("catalog", "server_error", before) < 1 and ratio("catalog", "server_error", during) > 40
+    assert ratio("web", "client_error", before) < 1 and 25 < ratio("web", "client_error", during) < 45
 
 
 def test_a_system_written_only_for_the_test_simulates_loads_and_ranks(shop_store):
