@@ -974,9 +974,13 @@ def scenario(system: System, name: str) -> Fault:
     base = FAULTS[spec["mechanism"]]
     settings = {k: spec[k] for k in ("operation", "share", "message") if k in spec}
     words = spec.get("keywords") or ([spec["message"]] if "message" in spec else [])
+    observations = base.key_observations
+    if "key_metrics" in spec:  # the metrics it names are those its metric observation looks for
+        observations = [o for o in observations if o["type"] != "metric"] + [
+            {"type": "metric", "keyword": list(spec["key_metrics"])}]
     return replace(base, name=name, category=spec.get("category", base.category), target=spec["target"],
                    apply=partial(base.apply, **settings) if settings else base.apply,
-                   key_observations=base.key_observations + [{"type": "log", "keyword": [w]} for w in words],
+                   key_observations=observations + [{"type": "log", "keyword": [w]} for w in words],
                    key_metrics=spec.get("key_metrics", base.key_metrics),
                    fault_description=spec.get("description", base.fault_description))
 

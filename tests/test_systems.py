@@ -126,6 +126,18 @@ def test_every_shipped_system_loads_and_names_what_it_simulates():
         assert system.entry in system.components and system.faults
 
 
+def test_a_scenario_that_names_its_key_metrics_looks_for_them_where_its_target_writes_them():
+    """The demo's Kafka queue problems name the broker's own backlog as its exporter does: the truth's key metrics and
+    its metric observation alike, not the consumers' lag the mechanism names by default (the broker has none)."""
+    system = load("otel-demo")
+    fault = get("kafka queue problems", system)
+    topo = Topology.build(0, system)
+    truth = fault.truth(topo, fault.candidates(topo)[0], "2025-06-06T00:00:00Z", "2025-06-06T00:10:00Z", "u")
+    assert truth["key_metrics"] == ["kafka_consumergroup_lag_sum"]
+    assert [o["keyword"] for o in truth["key_observations"] if o["type"] == "metric"] == [truth["key_metrics"]]
+    assert set(truth["key_metrics"]) <= set(system.components["kafka"].kpis)
+
+
 def test_a_code_fault_acts_where_requests_run(tmp_path):
     """Of a service's operations with code positions to break, a code fault acts in the one the workload calls, not
     in a longer one no request reaches (that fault would leave nothing abnormal to find)."""
