@@ -186,15 +186,18 @@ class Fault:
             return text.replace("{service}", service).replace("{method}", method).replace(
                 "{method_lower}", method.lower()).replace("{pair}", pair).replace("{entry}", topo.system.entry)
 
+        held = _HELD if "link" in self.acts_on and not target.edge else ()
         observations = []
         for o in self.key_observations:
             keywords = HTTP_WORDS.get(tuple(o["keyword"]), o["keyword"]) if http and o["type"] == "log" else o["keyword"]
+            keywords = [k for k in keywords if o["type"] != "metric" or k not in held]
             observation = dict(o, keyword=[named(k) for k in keywords])
             if keywords and observation not in observations:
                 observations.append(observation)
         return dict(fault_category=self.category, fault_type=self.name, **target.truth(topo), start_time=start,
                     end_time=end, uuid=uuid, key_observations=observations,
-                    key_metrics=[named(m) for m in self.key_metrics], fault_description=self.fault_description)
+                    key_metrics=[named(m) for m in self.key_metrics if m not in held],
+                    fault_description=self.fault_description)
 
 
 POSITION = re.compile(r"^(\S+#\d+)")  # a log line's code position (`logger#line`), where it opens with one
@@ -581,6 +584,9 @@ def jvm_exception(day, target, sl, rng):
 _NET_OBS = [{"type": "metric", "keyword": ["rrt", "rrt_max"]}, {"type": "metric", "keyword": ["request", "response"]},
             {"type": "metric", "keyword": list(_NET_KPIS)}]
 _NET_METRICS = ["rrt", "rrt_max", "request", "response", *_NET_KPIS]
+# What holds where a network fault acts on a whole service rather than on one link (`_link`): its callers wait on it
+# and give up no call, so its request counts and its bytes keep their level.
+_HELD = ("request", "response", *_NET_KPIS)
 _NET_LOGS = [{"type": "log", "keyword": ["Error", "while", "dialing"]}, {"type": "log", "keyword": ["failure"]},
              {"type": "log", "keyword": ["Rpc", "error", "code", "canceled", "desc", "context canceled"]},
              {"type": "log", "keyword": ["timeout"]}, {"type": "log", "keyword": ["unavailable"]}]

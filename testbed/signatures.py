@@ -2,7 +2,8 @@
 
 For each case of a loaded dump:
 - each key metric (`key_metrics`) that the store has at all must move on the instance in the
-  window: on the instance's own series (a service covers its pods; a link, either end), the
+  window: on the instance's own series (a service covers its pods; a link, either end; a network
+  fault on a whole service, the ends of its links: its callers, who wait on it), the
   window's median must sit at least `SPREADS` robust spreads from the median of the hour before;
 - each log observation (`key_observations` of type log) must be found: all its keywords in one
   log line of the window;
@@ -75,6 +76,13 @@ def trace_found(con: duckdb.DuckDBPyConnection, services: list[str], start, end)
     return any(err > 0.01 or ratio >= 1.5 for err, ratio in rows)
 
 
+def callers(con: duckdb.DuckDBPyConnection, names: list[str], start, end) -> list[str]:
+    """The services whose traced calls reached any of `names` in the window."""
+    return [r[0] for r in con.execute(
+        "select distinct caller from trace_edge_minute where minute >= ? and minute <= ? and callee in "
+        "(select unnest(?)) and caller not in (select unnest(?))", [start, end, names, names]).fetchall()]
+
+
 def check(db: Path, truth: Path) -> dict:
     """Per fault type: key-metric checks that moved, and observations found, each over those made."""
     con = store.connect(db, read_only=True)
@@ -86,6 +94,8 @@ def check(db: Path, truth: Path) -> dict:
             kind, names = row["fault_type"], _instances(row)
             start = _time(row["start_time"]).replace(second=0)  # whole minutes, at least one, as metrics come
             end = max(_time(row["end_time"]), start + dt.timedelta(minutes=1))
+            if row.get("fault_category") == "network attack" and not row.get("source"):
+                names = names + callers(con, names, start, end)
             for metric in dict.fromkeys(row.get("key_metrics", [])):
                 if metric not in known:
                     continue

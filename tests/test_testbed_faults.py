@@ -6,7 +6,7 @@ import hashlib
 import duckdb
 import pytest
 
-from testbed.faults import FAULTS
+from testbed.faults import FAULTS, Target
 from testbed.schedule import random_cases
 from testbed.simulate import simulate
 from testbed.system import load
@@ -114,6 +114,21 @@ def test_every_consequence_the_fault_entry_names_shows(signatures, fault_type):
     r = signatures[fault_type]
     assert r["metrics"] in (None, 1.0), r["misses"]
     assert all(miss.startswith("trace:") for miss in r["misses"]), r["misses"]
+
+
+def test_a_network_fault_on_a_whole_service_names_no_count_or_byte_of_its_own():
+    """A delay on a whole service's network (Train Ticket's, as Nezha injects it) keeps its request counts and bytes
+    level: its callers wait on it and give up no call, and the real days show them flat. Its truth names where it
+    is felt (the calls' times), not them; a delay on one link names both, as the challenge's truth does."""
+    system = load("trainticket")
+    topo = Topology.build(4, system)
+    delay = FAULTS["network delay"]
+    whole = next(t for t in delay.candidates(topo) if not t.edge)
+    truth = delay.truth(topo, whole, "2025-06-06T10:10:00Z", "2025-06-06T10:20:00Z", "tt-1")
+    named = truth["key_metrics"] + [k for o in truth["key_observations"] if o["type"] == "metric" for k in o["keyword"]]
+    assert "rrt" in truth["key_metrics"] and not {"request", "pod_network_receive_bytes"} & set(named)
+    link = delay.truth(topo, Target("service", edge=("ts-gateway-service", "ts-order-service")), "a", "b", "l")
+    assert {"rrt", "request", "pod_network_receive_bytes"} <= set(link["key_metrics"])
 
 
 def test_a_truth_names_the_systems_entry_and_its_clients_words():
