@@ -126,17 +126,26 @@ BESIDE = re.compile(r"\b(?:trace|span)[ _-]?id\b\s*[:=]?|\b[0-9a-f]{16,}\b|\s+at
                     r"(?:\s+for)?\s+\"https?://[^\s\"]*[^\s\":]\"?", re.I)
 
 
+# Who wrote a line, before what it says: a logger's dotted name ("i.c.InsidePaymentController GCHelper: ...").
+LOGGER = re.compile(r"^[a-z][\w$]*(?:\.[\w$]+)+\s+(?=\S)")
+
+
 def _bare(line: str) -> str:
     """A line without its JSON record tail, placeholders, ids and stack frames."""
     return BESIDE.sub("", PLACEHOLDER.sub("", JSON_TAIL.sub("", line)))
 
 
+def _message(bare: str) -> str:
+    """What a line (`_bare`) says: without its severity and its logger (the step names who logged it)."""
+    line = bare.strip(' {}"')
+    head, _, rest = line.partition(" ")
+    return LOGGER.sub("", rest.strip() if LEVELS.match(head) else line, count=1)
+
+
 def _parts(line: str) -> tuple[str, str, str]:
     """An error line as errors wrap one another: what the caller was doing (its first clause), the status codes it
     passed on, and the innermost errors (its last two clauses that name no address, where it has more than one)."""
-    line = re.sub(r"\[[^\]]*\]", "", _bare(line))
-    head, _, rest = line.strip().partition(" ")
-    line = rest if LEVELS.match(head) else line  # a severity is no part of what failed
+    line = _message(re.sub(r"\[[^\]]*\]", "", _bare(line)))
     clauses = [" ".join(c.split()) for c in (c.strip(" '\"") for c in CLAUSE.split(line)) if c]
     inner = [c for c in clauses[1:] if not ADDRESS.search(c)][-2:]  # what went wrong, not where it was dialled
     return (clauses[0] if clauses else "", ", ".join(dict.fromkeys(CODE.findall(line))), ": ".join(inner))
@@ -255,7 +264,7 @@ def _logs(items: list) -> list[str]:
         if not failing(e):
             said.setdefault(e.key, e.component)
             continue
-        quoted = gist(e) if _parts(e.line)[2] else words(_plain(e.line or e.key), LINE_WORDS)
+        quoted = gist(e) if _parts(e.line)[2] else words(_message(_bare(e.line or e.key)), LINE_WORDS)
         said.setdefault(f"'{quoted}'", e.component)
     by: dict[str, list[str]] = {}
     for quoted, component in said.items():
@@ -263,14 +272,7 @@ def _logs(items: list) -> list[str]:
     return [f"{component} logs {', '.join(quoted)}" for component, quoted in by.items()]
 
 
-LINE_WORDS = 8  # of a line quoted by its first words
-
-
-def _plain(line: str) -> str:
-    """A line's words without its placeholders, JSON record tail and severity."""
-    line = _bare(line).strip(' {}"')
-    head, _, rest = line.partition(" ")
-    return rest if LEVELS.match(head) else line
+LINE_WORDS = 7  # of a line quoted by its first words: what it says, and three such lines to a step
 
 
 def evidence_steps(digest: Digest, component: str) -> list[dict]:

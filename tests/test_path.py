@@ -91,9 +91,12 @@ def test_a_logged_error_is_quoted_as_what_failed_its_codes_and_its_two_innermost
     assert gist(line("o.a.c.c.C.#175 TraceID: 72271ed506e6a25e751cc79c3fd371d7 SpanID: 31b68384f5c07779 "
                      "java.lang.RuntimeException: injected exception at a.B.c(B.java:12)")) == \
         "o.a.c.c.C.#175 java.lang.RuntimeException: injected exception"
-    # nor the URL a request went to: two callers' lines fit in a step's twenty words, each by what went wrong
+    # nor the URL a request went to: two callers' lines fit in a step's twenty words, each by what went wrong; nor the
+    # logger that wrote it (the step names who logged it), but for a code position (`logger#line`: where a path broke)
     assert gist(line('c.c.CancelController request failed: I/O error on request for "http://ts-user-service:8080": '
-                     'Connection reset')) == "c.c.CancelController request failed: I/O error on request: Connection reset"
+                     'Connection reset')) == "request failed: I/O error on request: Connection reset"
+    assert gist(line("WARN  i.c.InsidePaymentController TraceID:  SpanID:  GCHelper: forcing full garbage collection")) \
+        == "GCHelper: forcing full garbage collection"
 
 
 def test_a_caller_on_the_way_names_the_metric_of_each_way_the_fault_reached_it():
