@@ -75,7 +75,7 @@ def build_digest(con: duckdb.DuckDBPyConnection, q: Question, deadline: float | 
     store.focus(con, *reach(w))
     ranking = rank_window(con, w, CANDIDATES)
     ranked, node_of = ranking.candidates, ranking.node_of
-    opts = {c.component: options(c.evidence, c.level) for c in ranked[:OPTION_CANDIDATES]}
+    opts = {c.component: options(c.evidence, c.level, found=c.found) for c in ranked[:OPTION_CANDIDATES]}
     skipped: list[str] = []
 
     def unless_late(part: str, compute, default):

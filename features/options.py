@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .evidence import Item
-from .ranker import METRIC_KINDS, MISSING_CALLS
+from .ranker import ERROR_ORIGIN, METRIC_KINDS, MISSING_CALLS, PATH
 
 # Evidence the ranker made from other components' (a caller's missing calls, from its callees' falls): no check of
 # the component itself reads it, so none can find it gone.
@@ -62,10 +62,17 @@ def fault_type(item: Item, level: str) -> str:
     return pair[1] if level == "node" else pair[0]
 
 
-def options(evidence: list[Item], level: str, limit: int = 2) -> list[Option]:
+def options(evidence: list[Item], level: str, limit: int = 2, found: list[Item] = ()) -> list[Option]:
+    """The fault types `evidence` (a candidate's shown evidence, strongest first) supports, each with its key; where
+    errors lead it, a broken code path among everything `found` of its own names the fault first."""
     if any(i.signal in ("cpu", "processes") and not i.fell for i in evidence):
         # A component's own latency and self time are what its cpu rising produces: the cpu names the fault.
         evidence = sorted(evidence, key=lambda i: i.signal in ("latency", "self time"))
+    broke = next((i for i in [*evidence, *found] if i.signal == PATH and not i.echo), None)
+    if broke and evidence and evidence[0].signal in ("errors", ERROR_ORIGIN):
+        # Its errors are what its own code path breaking produces: the break names the fault.
+        evidence = sorted([broke, *(i for i in evidence if i is not broke)],
+                          key=lambda i: i.signal in ("errors", ERROR_ORIGIN))
     # A process that was started again after its memory rose was killed for its memory (out of memory).
     grew = next((i for i in evidence
                  if i.signal == "memory" and i.kind in METRIC_KINDS and not i.fell and not i.echo), None)

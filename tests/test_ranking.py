@@ -517,6 +517,18 @@ def test_a_cpu_that_rose_names_the_fault_before_the_latency_it_explains():
     assert options([latency, fallen], "service")[0].fault_type == "network delay"
 
 
+def test_a_code_path_that_broke_names_the_fault_before_the_errors_it_produced():
+    """Seen on simulated Train Ticket exceptions once their failed requests counted in the metrics too: the error
+    series filled the reason, and the broken pair of code positions, weaker, fell out of the words a reader reads."""
+    spans = Item("travel", "trace", 0.76, "error spans", "trace errors start in travel: 0% -> 57% of spans",
+                 "error origin")
+    series = Item("travel-0", "changepoint", 0.6, "server_error", "server_error 0.2 -> 219", "errors")
+    pair = Item("travel", "event", 0.3, "T#469_T#459", "T#469_T#459 fell from 100% to 22% of spans", "path")
+    assert options([spans, series], "service", found=[spans, series, pair])[0].key == "T#469_T#459"
+    cpu = Item("travel", "changepoint", 0.9, "pod_cpu_usage", "pod_cpu_usage 0.1 -> 1.4", "cpu")
+    assert options([cpu, spans], "service", found=[cpu, spans, pair])[0].key == "pod_cpu_usage"  # errors lead not
+
+
 def test_a_node_whose_available_memory_falls_is_filling_up_not_restarted():
     """Seen on make demo: the rank agent called a node's memory stress 'pod kill in aiops-k8s-06'."""
     available = Item("node-1", "metric", 0.9, "node_memory_MemAvailable_bytes", "16G -> 3G", "memory", fell=True)
