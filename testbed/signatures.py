@@ -6,7 +6,9 @@ For each case of a loaded dump:
   fault on a whole service, the ends of its links: its callers, who wait on it), the
   window's median must sit at least `SPREADS` robust spreads from the median of the hour before;
 - each log observation (`key_observations` of type log) must be found: all its keywords in one
-  log line of the window;
+  log line of the window; a code path (Nezha's `A#12_B#34`: position A followed by position B in a span) must
+  have changed: the share of A's follow-ups that are B moved in the instance's spans against the hour before,
+  beyond what chance allows (a binomial test);
 - each trace observation must be found: a call touching the named services whose p95 or errors
   rose in the window (the p95 of its pods' calls, minute by minute, averaged over the calls: one slow
   pod of three shows, and a sparse sample is not left to its median minute).
@@ -18,16 +20,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import duckdb
+from scipy.stats import binomtest
 
 from etl import store
 
 SPREADS = 3.0
 BEFORE = dt.timedelta(minutes=60)
 GAP = dt.timedelta(minutes=2)
+PATH = re.compile(r"^(.+#\d+)_(.+#\d+)$")  # a code path's label: position A followed by position B
+ALPHA = 1e-3  # a path's share moved: this unlikely under the hour before's
 
 
 def _instances(row: dict) -> list[str]:
@@ -62,6 +68,19 @@ def log_found(con: duckdb.DuckDBPyConnection, keywords: list[str], start, end) -
     params = [start, end, *[f"%{k}%" for k in keywords]]
     return bool(con.execute(f"select count(*) from log_lines where ts >= ? and ts <= ? and {where}",
                             params).fetchall()[0][0])
+
+
+def path_changed(con: duckdb.DuckDBPyConnection, names: list[str], a: str, b: str, start, end) -> bool:
+    rows = dict(con.execute("""
+        select minute >= $start, [coalesce(sum(pairs) filter (where b = $b), 0), sum(pairs)] from event_pair_minute
+        where a = $a and service in (select unnest($names)) and minute >= $lo and minute <= $end
+        and (minute < $before or minute >= $start) group by all""",
+                            {"a": a, "b": b, "names": names, "lo": start - BEFORE, "before": start - GAP,
+                             "start": start, "end": end}).fetchall())
+    if True not in rows or False not in rows:
+        return False
+    (k, n), (kb, nb) = rows[True], rows[False]
+    return bool(binomtest(int(k), int(n), (kb + 1) / (nb + 2)).pvalue < ALPHA)  # Laplace: a follow-up seen every time
 
 
 def trace_found(con: duckdb.DuckDBPyConnection, services: list[str], start, end) -> bool:
@@ -105,7 +124,10 @@ def check(db: Path, truth: Path) -> dict:
                 if not moved:
                     misses[kind][metric] += 1
             for obs in row.get("key_observations", []):
-                if obs.get("type") == "log":
+                path = PATH.match(obs["keyword"][0]) if len(obs["keyword"]) == 1 else None
+                if obs.get("type") == "log" and path:
+                    found = path_changed(con, names, *path.groups(), start, end)
+                elif obs.get("type") == "log":
                     found = log_found(con, obs["keyword"], start, end)
                 elif obs.get("type") == "trace":
                     found = trace_found(con, obs["keyword"], start, end)

@@ -5,7 +5,7 @@ dialect (tabs and broken quotes inside log lines)."""
 import datetime as dt
 
 import pytest
-from test_ranking import END, MINUTES, T0, Tiny, digest, during
+from test_ranking import END, MINUTES, START, T0, Tiny, digest, during
 
 from etl import store
 from features.evidence import Window, events, traces
@@ -374,3 +374,19 @@ def test_a_metric_step_outweighs_a_path_that_broke_too_faintly_to_make_its_unit_
     path = [i for i in events.collect(con, window()) if i.component == "order"]
     assert path and 0 < path[0].blame < ANOMALOUS
     assert digest(con).candidates[0].component == "cat"
+
+
+def test_a_truth_s_code_path_is_found_where_its_share_moved(tiny, tmp_path):
+    """The signature check reads Nezha's `A_B` label as a path: A followed by B in the service's spans, a share that
+    moved against the hour before. No log line holds the label itself."""
+    from testbed.signatures import check
+
+    logged_traces(tiny, order_fault=[ORDER[0], ORDER[2]]).close()
+    truth = tmp_path / "truth.jsonl"
+    rows = [("wrong return", "order", f"{ORDER[0]}_{ORDER[1]}"), ("exception", "front", f"{FRONT[0]}_{FRONT[1]}")]
+    truth.write_text("".join(
+        f'{{"fault_type": "{kind}", "instance": "{service}", "start_time": "{START:%Y-%m-%dT%H:%M:%SZ}", '
+        f'"end_time": "{END:%Y-%m-%dT%H:%M:%SZ}", "key_observations": [{{"type": "log", "keyword": ["{pair}"]}}]}}\n'
+        for kind, service, pair in rows))
+    found = check(tmp_path / "tiny.duckdb", truth)
+    assert (found["wrong return"]["observations"], found["exception"]["observations"]) == (1.0, 0.0)
