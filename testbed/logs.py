@@ -135,7 +135,8 @@ def hour_logs(day: Day, hour: int, traffic: Hour, rng: np.random.Generator, untr
 def _served(topo: Topology, traffic: Hour, methods: list[str], events: _Events) -> None:
     """The lines an operation writes as it runs, its log steps spread over its span: all of them where it succeeded,
     those up to the step where a code fault broke its path (that step's other branch where a method returned a
-    wrong value; the framework's error line as the request unwinds, where it threw), none where it failed otherwise."""
+    wrong value; the framework's error line as the request unwinds, where it threw), none where it failed otherwise.
+    A callee whose caller gave up waiting still ran its code: it logs all its lines."""
     done = traffic.served
     key = np.stack([done.pod, done.method, done.cut, done.broke, done.kind != 0], 1)
     for (pod, method, cut, broke, failed), idx in _by(key).items():

@@ -77,7 +77,7 @@ class Served:
     duration_us: np.ndarray
     pod: np.ndarray
     method: np.ndarray  # vocabulary index of the operation
-    kind: np.ndarray  # index into KINDS of how its call ended; 0 = success
+    kind: np.ndarray  # index into KINDS of how its code ended; 0 = it ran to its end (its caller may have given up)
     cut: np.ndarray  # the step at which a code fault broke its path (-1: none)
     broke: np.ndarray  # how: index into BREAKS
     trace_id: np.ndarray  # hex, as its spans carry them
@@ -214,6 +214,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         # Bottom-up: durations and failures; a failed required call fails its caller. A consumer works apart.
         client = np.zeros((k_nodes, n))
         server = np.zeros((k_nodes, n))
+        abandoned = np.zeros((k_nodes, n), bool)  # its caller gave up on it, though its own code ran to its end
         for k in reversed(range(k_nodes)):
             waits = [c for c in children[k] if nodes[c].mode != "consume"]
             server[k] = own[k] + sum((np.where(made[c], client[c], 0.0) for c in waits), np.zeros(n))
@@ -223,7 +224,8 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
             client[k] = np.where(connect[k], rng.uniform(0.5, 3.0, n), server[k] + net[k])
             if nodes[k].parent >= 0 and nodes[k].mode != "consume":  # a caller gives up at its deadline
                 limit = nodes[k].deadline_ms or _DEADLINE_MS
-                kind[k] = np.where((kind[k] == 0) & (client[k] > limit), KINDS.index("deadline"), kind[k])
+                abandoned[k] = (kind[k] == 0) & (client[k] > limit)
+                kind[k] = np.where(abandoned[k], KINDS.index("deadline"), kind[k])
                 late = kind[k] == KINDS.index("deadline")
                 client[k] = np.where(late, limit * rng.uniform(1.0, 1.05, n), client[k])
 
@@ -284,7 +286,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                 served["dur"].append(server[k][reached[k]] * 1000)
                 served["pod"].append(pod[k][reached[k]])
                 served["method"].append(np.full(reached[k].sum(), methods(node.method)))
-                served["kind"].append(server_kind[reached[k]])
+                served["kind"].append(np.where(abandoned[k], 0, server_kind)[reached[k]])
                 served["cut"].append(np.where(broke[k], cut[k], -1)[reached[k]])
                 served["broke"].append(broke[k][reached[k]])
                 served["trace"].append(trace_ids[reached[k]])

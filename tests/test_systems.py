@@ -172,6 +172,28 @@ def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_pa
     assert case.truth["key_metrics"] == ["o.Orders#10_o.Orders#20"] and after[0] and after[1] >= 10, after
 
 
+def test_a_callee_whose_caller_gave_up_waiting_still_logs_what_its_code_ran(tmp_path):
+    """A caller's deadline ends its wait, not the callee's work: a slow callee's spans keep every line their code
+    writes (else a latency would read as a broken code path)."""
+    shop = changed(changed(with_code_positions(SHOP), "components/web/operations/POST %2Forder/steps/0",
+                           {"call": "orders.Place", "deadline_ms": 1}), "components/orders/log_style", "spring")
+    system = load(write(tmp_path, shop))
+    topo = Topology.build(4, system)
+    kind = get("cpu stress", system)
+    target = next(t for t in kind.candidates(topo) if t.level == "service")
+    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(minutes=10)
+    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
+    simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
+    run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
+    con = store.connect(tmp_path / "shop.duckdb", read_only=True)
+    spans, late, logged = con.execute("""select count(*), count(*) filter (where s.status_code = 4), count(line.span_id)
+                                         from spans s left join log_lines line on line.trace_id = s.trace_id
+                                         and line.span_id = s.span_id and line.event = 'o.Orders#20'
+                                         where s.service = 'orders' and s.kind = 'server'""").fetchone()
+    assert spans >= 10 and late == spans and logged == spans, (spans, late, logged)
+
+
 @pytest.fixture(scope="module")
 def shop_store(tmp_path_factory):
     """The test's shop, a day of it with a fault an hour of five kinds, loaded."""
