@@ -95,6 +95,19 @@ def test_a_caller_whose_path_changes_with_its_callee_s_is_an_echo(tiny):
     assert digest(con).candidates[0].component == "order"
 
 
+def test_where_lines_and_calls_break_in_the_same_spans_the_lines_place_the_break(tiny):
+    """Seen on a simulated Train Ticket: a method threw after its first line, and its database call after it was
+    never made. Both pairs broke in the same spans, as strongly; the lines say where in the code it broke (as Nezha
+    labels it), the calls track only that a call was not made."""
+    def shape(i, k):
+        if during(i):
+            return [("front", None, "op", FRONT), ("order", 0, "/place", [ORDER[0]])]
+        return [("front", None, "op", FRONT), ("order", 0, "/place", ORDER), ("stock", 1, "op", [])]
+
+    found = {i.component: i for i in events.collect(shaped(tiny, shape), window())}
+    assert found["order"].key == f"{ORDER[0]}_{ORDER[1]}"
+
+
 def test_a_path_that_vanishes_is_found_where_the_service_still_serves(tiny):
     con = logged_traces(tiny, order_fault=[])  # an exception before the first line: order's spans log nothing
     found = events.collect(con, window())

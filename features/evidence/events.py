@@ -6,19 +6,20 @@ Probabilities, not counts, and within an operation: a service called less often,
 keeps its paths.
 
 The change is the drop of the expected follow-up's probability, taken at its 95 % lower bound (Clopper-Pearson:
-five occurrences prove less than fifty), counted only where the window has enough occurrences and the drop
-is significant under the baseline's probability (a binomial test; Laplace's rule of succession keeps a
-follow-up seen every time so far from being taken as certain). The drop is measured over the whole window or
-the run of `MIN_RUN` or more of its minutes where it is strongest: a fault that starts or ends inside the window
-would be watered down by the minutes it does not hold (the test's level is shared among the runs tried,
-Bonferroni). The key is the
-expected pair that broke, `A_B` in Nezha's labels. A service whose callees changed as much (at least `EXPLAINS`
-of its change: their paths, or slower or failing calls in the trace family's evidence) is an echo of them: the
-deepest service whose own path changed while its callees held is the cause. So is a service whose caller's
-network is slow (its requests come late, and a caller that gives up on a call ends the callee's span early). An
-operation that makes another first call than before chose it before any callee answered: only its input can
-change that from outside, so it echoes a caller whose path changed as much, never a callee, and explains no
-caller. A change explains another only while it holds: one that began later, or had ended before, is no cause.
+five occurrences prove less than fifty), counted only where the window has enough occurrences and the drop is
+significant under the baseline's probability (a binomial test; Laplace's rule of succession keeps a follow-up seen
+every time so far from being taken as certain). The drop is measured over the whole window or the run of `MIN_RUN`
+or more of its minutes where it is strongest: a fault that starts or ends inside the window would be watered down
+by the minutes it does not hold (the test's level is shared among the runs tried, Bonferroni). The key is the
+expected pair that broke, `A_B` in Nezha's labels; of a service's breaks as strong, one between two of its log
+lines (where in its code it broke) before one of its calls track (only that a call was not made). A service whose
+callees changed as much (at least `EXPLAINS` of its change: their paths, or slower or failing calls in the trace
+family's evidence) is an echo of them: the deepest service whose own path changed while its callees held is the
+cause. So is a service whose caller's network is slow (its requests come late, and a caller that gives up on a call
+ends the callee's span early). An operation that makes another first call than before chose it before any callee
+answered: only its input can change that from outside, so it echoes a caller whose path changed as much, never a
+callee, and explains no caller. A change explains another only while it holds: one that began later, or had ended
+before, is no cause.
 
 A path that broke right after a call broke on the callee's answer (it ended the operation, or sent it another way,
 as a wrong return does): the callee explains it, unless its own spans show it answered as usual (its own paths ran
@@ -30,6 +31,7 @@ was asked because its caller changed course: it echoes that caller, and explains
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cache
@@ -110,13 +112,21 @@ def changes(con, w: Window) -> dict[str, Change]:
             continue
         service, _, a = key
         change = _strongest(service, a, p, minutes[key], seen[key])
-        if change and change.score > (found[service].score if service in found else 0.0):
+        if change and (service not in found or _stronger(change, found[service])):
             found[service] = change
         if change and a.startswith(CALL) and change.score > (after_call[service].score if service in after_call else 0):
             after_call[service] = change
     # A service's log lines and its calls break together where a callee's answer ended its path: the break after the
     # call tells whose answer it was, though the log's break be as strong.
     return {s: replace(c, after=after_call[s]) if s in after_call and after_call[s].score >= EXPLAINS * c.score else c for s, c in found.items()}
+
+
+def _stronger(c: Change, than: Change) -> bool:
+    """Of two breaks of a service, as strong (to rounding: the same spans broke both), the code's own lines place it
+    where a calls track says only that a call was not made."""
+    if math.isclose(c.score, than.score):
+        return _logged(c) and not _logged(than)
+    return c.score > than.score
 
 
 def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str, dt.datetime], int],
