@@ -12,6 +12,7 @@ move by the roles its description gives them (`system.ROLES`).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
@@ -208,11 +209,14 @@ def code_site(comp: Component, fault: str, served: dict[str, float] | None = Non
     the most requests (`served`, by operation), then the one with the most steps; the step, and the pair of code
     positions whose order it breaks (`A_B`: A was followed by B). An exception is thrown in the middle of the
     operation, after a log step that a later log step follows (A that step, B the next); a wrong return is a
-    method's value that a step with another branch (`else`) tests (A the log step before it, B that step)."""
+    method's value that a step with another branch (`else`) tests (A the log step before it, B that step). A is a
+    position the operation logs once: one logged twice on its path (a loop's) is followed by more than one line, and a
+    pair that starts there names no one place in the code."""
     served = served or {}
     for name, op in sorted(comp.operations.items(), key=lambda kv: (-served.get(kv[0], 0.0), -len(kv[1].steps))):
         logs = [(i, POSITION.match(s.log)) for i, s in enumerate(op.steps) if s.log and POSITION.match(s.log)]
-        pairs = list(zip(logs, logs[1:]))
+        times = Counter(m[1] for _, m in logs)
+        pairs = [(a, b) for a, b in zip(logs, logs[1:]) if times[a[1][1]] == 1]
         if fault == "exception" and pairs:
             (i, a), (_, b) = pairs[(len(pairs) - 1) // 2]
             return name, i, f"{a[1]}_{b[1]}"

@@ -149,6 +149,14 @@ def test_a_code_fault_acts_where_requests_run(tmp_path):
     assert busiest_site(system, "orders", "exception") == ("Place", 0, "o.Orders#10_o.Orders#20")
 
 
+def test_a_code_site_starts_at_a_line_its_operation_logs_once(tmp_path):
+    """Train Ticket's trips/left logs #469 twice (a loop), followed once by #459 and once by #366: a pair that starts
+    there is followed as expected half of the time, and names no one place in the code."""
+    loop = [{"log": f"o.Orders#{n} line {n}"} for n in (10, 20, 30, 20, 40)] + [{"publish": "queue.orders"}]
+    system = load(write(tmp_path, changed(SHOP, "components/orders/operations/Place/steps", loop)))
+    assert code_site(system.components["orders"], "exception")[2] == "o.Orders#10_o.Orders#20"
+
+
 def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_path):
     """The framework logs a thrown exception as the request unwinds: after the line the method wrote before it threw,
     by at least the millisecond a log line is written to (in the same millisecond the two read in either order, and
