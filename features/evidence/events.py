@@ -11,15 +11,15 @@ significant under the baseline's probability (a binomial test; Laplace's rule of
 every time so far from being taken as certain). The drop is measured over the whole window or the run of `MIN_RUN`
 or more of its minutes where it is strongest: a fault that starts or ends inside the window would be watered down
 by the minutes it does not hold (the test's level is shared among the runs tried, Bonferroni). The key is the
-expected pair that broke, `A_B` in Nezha's labels; of a service's breaks as strong, one between two of its log
-lines (where in its code it broke) before one of its calls track (only that a call was not made). A service whose
-callees changed as much (at least `EXPLAINS` of its change: their paths, or slower or failing calls in the trace
-family's evidence) is an echo of them: the deepest service whose own path changed while its callees held is the
-cause. So is a service whose caller's network is slow (its requests come late, and a caller that gives up on a call
-ends the callee's span early). An operation that makes another first call than before chose it before any callee
-answered: only its input can change that from outside, so it echoes a caller whose path changed as much, never a
-callee, and explains no caller. A change explains another only while it holds: one that began later, or had ended
-before, is no cause.
+expected pair that broke, `A_B` in Nezha's labels; of a service's breaks that read the same, one between two of its
+log lines (where in its code it broke) before one of its calls track (only that a call was not made). A service
+whose callees changed as much (at least `EXPLAINS` of its change: their paths, or slower or failing calls in the
+trace family's evidence) is an echo of them: the deepest service whose own path changed while its callees held is
+the cause. So is a service whose caller's network is slow (its requests come late, and a caller that gives up on a
+call ends the callee's span early). An operation that makes another first call than before chose it before any
+callee answered: only its input can change that from outside, so it echoes a caller whose path changed as much,
+never a callee, and explains no caller. A change explains another only while it holds: one that began later, or had
+ended before, is no cause.
 
 A path that broke right after a call broke on the callee's answer (it ended the operation, or sent it another way,
 as a wrong return does): the callee explains it, unless its own spans show it answered as usual (its own paths ran
@@ -31,7 +31,6 @@ was asked because its caller changed course: it echoes that caller, and explains
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cache
@@ -122,11 +121,15 @@ def changes(con, w: Window) -> dict[str, Change]:
 
 
 def _stronger(c: Change, than: Change) -> bool:
-    """Of two breaks of a service, as strong (to rounding: the same spans broke both), the code's own lines place it
-    where a calls track says only that a call was not made."""
-    if math.isclose(c.score, than.score):
+    """Of two breaks of a service that read the same (their shares before and now, in whole percents, of as many
+    spans), the code's own lines place it where a calls track says only that a call was not made."""
+    if _read(c) == _read(than):
         return _logged(c) and not _logged(than)
     return c.score > than.score
+
+
+def _read(c: Change) -> tuple:
+    return round(c.before, 2), round(c.during, 2), c.n
 
 
 def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str, dt.datetime], int],
