@@ -157,22 +157,27 @@ def test_a_code_site_starts_at_a_line_its_operation_logs_once(tmp_path):
     assert code_site(system.components["orders"], "exception")[2] == "o.Orders#10_o.Orders#20"
 
 
-def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_path):
-    """The framework logs a thrown exception as the request unwinds: after the line the method wrote before it threw,
-    by at least the millisecond a log line is written to (in the same millisecond the two read in either order, and
-    the path seems to break before that line, not after it, where the truth says)."""
-    shop = with_code_positions(SHOP)
-    shop = changed(changed(shop, "faults/exception", ["service"]), "components/orders/log_style", "spring")
-    system = load(write(tmp_path, shop))
+def one_hour(tmp_path, description, fault: str):
+    """An hour of the described system with a ten-minute `fault` on its first service that can have it, loaded."""
+    system = load(write(tmp_path, description))
     topo = Topology.build(4, system)
-    kind = get("exception", system)
+    kind = get(fault, system)
     target = next(t for t in kind.candidates(topo) if t.level == "service")
     start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
     end = start + dt.timedelta(minutes=10)
     case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
     simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
     run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
-    con = store.connect(tmp_path / "shop.duckdb", read_only=True)
+    return case, store.connect(tmp_path / "shop.duckdb", read_only=True)
+
+
+def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_path):
+    """The framework logs a thrown exception as the request unwinds: after the line the method wrote before it threw,
+    by at least the millisecond a log line is written to (in the same millisecond the two read in either order, and
+    the path seems to break before that line, not after it, where the truth says)."""
+    shop = with_code_positions(SHOP)
+    shop = changed(changed(shop, "faults/exception", ["service"]), "components/orders/log_style", "spring")
+    case, con = one_hour(tmp_path, shop, "exception")
     after = con.execute("""select bool_and(thrown.ts > line.ts), count(*) from log_lines thrown
                            join log_lines line using (trace_id, span_id)
                            where thrown.service = 'orders' and thrown.level = 'ERROR' and line.event = 'o.Orders#10'
@@ -185,16 +190,7 @@ def test_a_callee_whose_caller_gave_up_waiting_still_logs_what_its_code_ran(tmp_
     writes (else a latency would read as a broken code path)."""
     shop = changed(changed(with_code_positions(SHOP), "components/web/operations/POST %2Forder/steps/0",
                            {"call": "orders.Place", "deadline_ms": 1}), "components/orders/log_style", "spring")
-    system = load(write(tmp_path, shop))
-    topo = Topology.build(4, system)
-    kind = get("cpu stress", system)
-    target = next(t for t in kind.candidates(topo) if t.level == "service")
-    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
-    end = start + dt.timedelta(minutes=10)
-    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
-    simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
-    run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
-    con = store.connect(tmp_path / "shop.duckdb", read_only=True)
+    _, con = one_hour(tmp_path, shop, "cpu stress")
     spans, late, logged = con.execute("""select count(*), count(*) filter (where s.status_code = 4), count(line.span_id)
                                          from spans s left join log_lines line on line.trace_id = s.trace_id
                                          and line.span_id = s.span_id and line.event = 'o.Orders#20'
