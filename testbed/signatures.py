@@ -28,11 +28,12 @@ import duckdb
 from scipy.stats import binomtest
 
 from etl import store
+from etl.loglines import POSITION
 
 SPREADS = 3.0
 BEFORE = dt.timedelta(minutes=60)
 GAP = dt.timedelta(minutes=2)
-PATH = re.compile(r"^(.+#\d+)_(.+#\d+)$")  # a code path's label: position A followed by position B
+PATH = re.compile(rf"^({POSITION})_({POSITION})$")  # a code path's label: position A followed by position B
 ALPHA = 1e-3  # a path's share moved: this unlikely under the hour before's
 
 
@@ -124,11 +125,10 @@ def check(db: Path, truth: Path) -> dict:
                 if not moved:
                     misses[kind][metric] += 1
             for obs in row.get("key_observations", []):
-                path = PATH.match(obs["keyword"][0]) if len(obs["keyword"]) == 1 else None
-                if obs.get("type") == "log" and path:
-                    found = path_changed(con, names, *path.groups(), start, end)
-                elif obs.get("type") == "log":
-                    found = log_found(con, obs["keyword"], start, end)
+                if obs.get("type") == "log":
+                    path = PATH.match(obs["keyword"][0]) if len(obs["keyword"]) == 1 else None
+                    found = (path_changed(con, names, *path.groups(), start, end) if path
+                             else log_found(con, obs["keyword"], start, end))
                 elif obs.get("type") == "trace":
                     found = trace_found(con, obs["keyword"], start, end)
                 else:
