@@ -123,9 +123,12 @@ def alarm(ranked: list[Candidate]) -> float:
 
 
 def level(con: duckdb.DuckDBPyConnection, w: Window) -> Level:
-    if con.execute("select 1 from metric_points where ts >= ? and ts <= ? limit 1", [w.start, w.end]).fetchone() is None:
+    """The level of the window a question from w.start to w.end asks about (`Window.around`: its last minute is
+    the one after it), so that an incident's peak names what its question will be answered from."""
+    read = Window.around(w.start, w.end)
+    if con.execute("select 1 from metric_points where ts >= ? and ts <= ? limit 1", [read.start, read.end]).fetchone() is None:
         return Level(w, None, None)
-    ranking = rank_window(con, w, limit=CANDIDATES)
+    ranking = rank_window(con, read, limit=CANDIDATES)
     ranked = ranking.candidates
     if not ranked:
         return Level(w, 0.0, None)

@@ -63,6 +63,16 @@ def test_one_fault_is_one_incident_over_its_window(tmp_path):
     assert question["incident"] == f"{incident.start:%Y-%m-%dT%H:%M:%SZ}/{incident.end:%Y-%m-%dT%H:%M:%SZ}"
 
 
+def test_a_window_s_level_is_read_from_the_minutes_its_question_is_answered_from(tmp_path):
+    # The window that ends as the fault starts holds none of the fault's minutes for its question (`Window.around`),
+    # so it must not be the incident's peak: its question would be answered from the quiet minutes before.
+    con = day(tmp_path / "fault.duckdb", fault=2.0)
+    for lv in scan(con, START - dt.timedelta(minutes=10), START + dt.timedelta(minutes=10)):
+        ranked = build_digest(con, Question("q", lv.window.start, lv.window.end, "")).candidates
+        top = (ranked[0].component, round(ranked[0].score, 6)) if ranked else (None, 0.0)
+        assert (lv.component, round(lv.score, 6)) == top, lv.window
+
+
 def test_a_gap_in_collection_is_no_incident(tmp_path):
     assert found(day(tmp_path / "gap.duckdb", fault="stop")) == []
 
