@@ -169,6 +169,18 @@ def references(con: duckdb.DuckDBPyConnection, w: Window) -> list[Window]:
 _seen: dict[tuple, Level] = {}  # levels of reference windows, per store file and window
 
 
+def _code() -> str:
+    """What ranks a level: the evidence families' and the ranker's code (this package). Kept levels name it, so that
+    another version of rcalab does not read the levels this one ranked."""
+    digest = hashlib.sha1()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+CODE = _code()
+
+
 def forget() -> None:
     """Drop the levels this process keeps (a benchmark that times reads as a new process meets them)."""
     _seen.clear()
@@ -192,9 +204,9 @@ def normal_around(con: duckdb.DuckDBPyConnection, w: Window) -> Normal | None:
 
 
 def _cache_file(con: duckdb.DuckDBPyConnection, name: str, w: Window, refs: list[Window]) -> Path | None:
-    """Where the levels of w's day and length are kept: a file beside the store's shards named by the builds of the
-    shards their windows read (so that a day reloaded, or a neighbour's, leaves the old file unread); None for a
-    store without shards."""
+    """Where the levels of w's day and length are kept: a file beside the store's shards named by the code that ranks
+    them and the builds of the shards their windows read (so that another version of rcalab, a day reloaded, or a
+    neighbour's, leaves the old file unread); None for a store without shards."""
     if not refs:
         return None
     lo, hi = refs[0].start - DAY, refs[-1].end + DAY
@@ -203,7 +215,7 @@ def _cache_file(con: duckdb.DuckDBPyConnection, name: str, w: Window, refs: list
     if not builds:
         return None
     minutes = int((refs[0].end - refs[0].start).total_seconds() // 60)
-    key = hashlib.sha1(",".join(map(str, builds)).encode()).hexdigest()[:12]
+    key = hashlib.sha1(",".join([CODE, *map(str, builds)]).encode()).hexdigest()[:12]
     return store.shard_dir(name) / f"levels-{refs[0].start:%Y-%m-%d}-{minutes}m-{key}.json"
 
 

@@ -9,8 +9,11 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 
 from click.testing import CliRunner
+from conftest import copy_store
 from test_ranking import END, START, T0, Tiny, digest
 
+from etl import store
+from features import detect
 from features.cases import Question, load_questions
 from features.detect import ABNORMAL, CLEAR, STAY, STEP, Level, alarm, as_questions, incidents, scan, span
 from features.digest import build_digest
@@ -71,6 +74,26 @@ def test_a_window_s_level_is_read_from_the_minutes_its_question_is_answered_from
         ranked = build_digest(con, Question("q", lv.window.start, lv.window.end, "")).candidates
         top = (ranked[0].component, round(ranked[0].score, 6)) if ranked else (None, 0.0)
         assert (lv.component, round(lv.score, 6)) == top, lv.window
+
+
+def test_a_day_s_reference_levels_are_ranked_once_for_every_process_of_the_same_code(replay_store, replay, tmp_path,
+                                                                                        monkeypatch):
+    db = copy_store(replay_store[0], tmp_path / "store.duckdb")
+    q = load_questions(replay / "input.json")[0]
+    w = Window.around(q.start, q.end)
+    ranked = []
+    level = detect.level
+    monkeypatch.setattr(detect, "level", lambda con, ref: ranked.append(ref) or level(con, ref))
+    con = store.connect(db, read_only=True)
+    detect.forget()
+    normal = detect.normal_around(con, w)
+    assert ranked and normal
+    once = len(ranked)
+    detect.forget()  # as a new process
+    assert detect.normal_around(con, w) == normal and len(ranked) == once  # read from beside the shards
+    detect.forget()
+    monkeypatch.setattr(detect, "CODE", "another version of rcalab")
+    assert detect.normal_around(con, w) == normal and len(ranked) == 2 * once  # its levels ranked again
 
 
 def test_a_gap_in_collection_is_no_incident(tmp_path):
