@@ -115,7 +115,9 @@ def _testbed(settings: Settings, progress) -> tuple[dict, list[Table]]:
         for at in SIGNATURE_SCALES:
             progress(f"signatures: replaying {name} at scale {at}")
             result["signatures"][f"{name} at {at}"] = signatures(replay.schedule, at, system=replay.system)
-    tables = [signature_table(result["signatures"]), measure_table("testbed", result)]
+    progress("a simulated day of each system at scale 0.01")
+    result["days"] = {Path(system).stem: run(scale=0.01, system=system) for system in settings.systems}
+    tables = [signature_table(result["signatures"]), measure_table("testbed", result), days_table(result["days"])]
     if "trainticket" in settings.systems and any("trainticket" in Path(p).name for p in settings.real):
         progress("fidelity: simulated Train Ticket faults against the real days'")
         result["fidelity"] = fidelity(settings.real)
@@ -174,6 +176,15 @@ def measure_table(what: str, result: dict) -> Table:
         if not isinstance(value, dict):
             table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
                           else str(value))
+    return table
+
+
+def days_table(days: dict) -> Table:
+    table = Table(title="a simulated day of each system at scale 0.01, one fault")
+    for col in ("system", "seconds", "peak MB", "dump MB"):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for system, r in days.items():
+        table.add_row(system, f"{r['seconds']:.1f}", f"{r['peak_memory_mb']:,.0f}", f"{r['dump_mb']:,.1f}")
     return table
 
 

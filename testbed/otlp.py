@@ -6,7 +6,6 @@ are gauges, each source an instrumentation scope. The labels (`groundtruth.jsonl
 
 from __future__ import annotations
 
-import datetime as dt
 import gzip
 import json
 import shutil
@@ -21,11 +20,6 @@ KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 FIELDS = {"trace": "resourceSpans", "log": "resourceLogs", "metric": "resourceMetrics"}
 
 
-def _nanos(ts: dt.datetime) -> str:
-    """A naive UTC time (the store's) as OTLP's nanoseconds since the epoch."""
-    return str(int(ts.replace(tzinfo=dt.timezone.utc).timestamp()) * 10**9 + ts.microsecond * 1000)
-
-
 def _resource(service, pod, node) -> dict:
     pairs = (("service.name", service), ("k8s.pod.name", pod), ("k8s.node.name", node))
     return {"attributes": [{"key": k, "value": {"stringValue": v}} for k, v in pairs if v]}
@@ -33,8 +27,8 @@ def _resource(service, pod, node) -> dict:
 
 def _span(r: dict) -> dict:
     span = {"traceId": r["trace_id"], "spanId": r["span_id"], "name": r["operation"] or "",
-            "kind": KINDS.get(r["kind"] or "", 0), "startTimeUnixNano": _nanos(r["ts"]),
-            "endTimeUnixNano": str(int(_nanos(r["ts"])) + int(r["duration_us"] or 0) * 1000),
+            "kind": KINDS.get(r["kind"] or "", 0), "startTimeUnixNano": str(r["ns"]),
+            "endTimeUnixNano": str(r["ns"] + int(r["duration_us"] or 0) * 1000),
             "status": {"code": 2} if r["status_code"] else {}}
     if r["parent_span_id"]:
         span["parentSpanId"] = r["parent_span_id"]
@@ -44,7 +38,7 @@ def _span(r: dict) -> dict:
 
 
 def _record(r: dict) -> dict:
-    record = {"timeUnixNano": _nanos(r["ts"]), "body": {"stringValue": r["message"]}}
+    record = {"timeUnixNano": str(r["ns"]), "body": {"stringValue": r["message"]}}
     if r["trace_id"]:
         record |= {"traceId": r["trace_id"], "spanId": r["span_id"]}
     return record
@@ -63,7 +57,7 @@ def _requests(kind: str, rows: list[dict]) -> list[dict]:
         for (service, pod, node, source), points in by_resource.items():
             series: dict[str, list] = defaultdict(list)
             for r in points:
-                series[r["metric"]].append({"timeUnixNano": _nanos(r["ts"]), "asDouble": r["value"]})
+                series[r["metric"]].append({"timeUnixNano": str(r["ns"]), "asDouble": r["value"]})
             metrics = [{"name": name, "gauge": {"dataPoints": p}} for name, p in series.items()]
             out.append({"resource": _resource(service, pod, node),
                         "scopeMetrics": [{"scope": {"name": source}, "metrics": metrics}]})
@@ -88,14 +82,15 @@ def write_otlp(dump: Path, out: Path) -> int:
             if file.kind not in FIELDS:
                 continue
             query = challenge2025.query(con, file)
-            cur = con.execute(query.sql, query.params)
+            # a row's time (naive UTC, the store's) as OTLP's nanoseconds since the epoch
+            cur = con.execute(f"select *, epoch_ns(ts) as ns from ({query.sql})", query.params)
             names = [d[0] for d in cur.description]
             rows = [dict(zip(names, row)) for row in cur.fetchall()]
             relative = file.path.relative_to(dump)
             folder = Path(*(part.removesuffix("-parquet") for part in relative.parent.parts))
             target = out / folder / (relative.stem + ".json.gz")
             target.parent.mkdir(parents=True, exist_ok=True)
-            with gzip.GzipFile(target, "wb", mtime=0) as f:  # no time in the header: same seed, same bytes
+            with gzip.GzipFile(target, "wb", compresslevel=1, mtime=0) as f:  # no time in the header: same seed, same bytes
                 for request in _requests(file.kind, rows):
                     f.write((json.dumps({FIELDS[file.kind]: [request]}) + "\n").encode())
             written += 1
