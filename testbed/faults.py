@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from etl.loglines import POSITION
 from rcalab.errors import ScheduleError
 
 from .system import Component, System
@@ -201,7 +202,8 @@ class Fault:
                     fault_description=self.fault_description)
 
 
-POSITION = re.compile(r"^(\S+#\d+)")  # a log line's code position (`logger#line`), where it opens with one
+# A log line that opens with its code position (`logger#line`), as the store reads one (`etl.loglines.POSITION`).
+OPENING = re.compile(rf"^({POSITION}) ?")
 
 
 def code_site(comp: Component, fault: str, served: dict[str, float] | None = None) -> tuple[str, int, str] | None:
@@ -214,7 +216,7 @@ def code_site(comp: Component, fault: str, served: dict[str, float] | None = Non
     pair that starts there names no one place in the code."""
     served = served or {}
     for name, op in sorted(comp.operations.items(), key=lambda kv: (-served.get(kv[0], 0.0), -len(kv[1].steps))):
-        logs = [(i, POSITION.match(s.log)) for i, s in enumerate(op.steps) if s.log and POSITION.match(s.log)]
+        logs = [(i, OPENING.match(s.log)) for i, s in enumerate(op.steps) if s.log and OPENING.match(s.log)]
         times = Counter(m[1] for _, m in logs)
         pairs = [(a, b) for a, b in zip(logs, logs[1:]) if times[a[1][1]] == 1]
         if fault == "exception" and pairs:

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import polars as pl
 
-from .faults import failure_line
+from .faults import OPENING, failure_line
 from .system import System
 from .topology import Topology
 from .traces import BREAKS, KINDS, Hour
@@ -257,9 +257,9 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
         message = pl.when(style == "spring").then(pl.concat_str([
             (pl.col("time") + pl.duration(hours=8)).dt.strftime("%H:%M:%S%.3f"), pl.lit(" "),
             sev_upper.replace("WARNING", "WARN"), pl.lit("  "),
-            pl.col("text").str.extract(POSITION, 1).fill_null(pl.col("logger")),
+            pl.col("text").str.extract(OPENING.pattern, 1).fill_null(pl.col("logger")),
             pl.lit(" TraceID: "), pl.col("trace_id"), pl.lit(" SpanID: "), pl.col("span_id"), pl.lit(" "),
-            pl.col("text").str.replace(POSITION, "")])).otherwise(message)
+            pl.col("text").str.replace(OPENING.pattern, "")])).otherwise(message)
         ids = [pl.col("trace_id"), pl.col("span_id")]
     return df.select(
         pl.lit(topo.system.namespace).alias("k8_namespace"),
@@ -272,4 +272,3 @@ def _render(df: pl.DataFrame, topo: Topology, rng: np.random.Generator) -> pl.Da
     )
 
 
-POSITION = r"^(\S+#\d+) ?"  # a line's code position (`logger#line`) where it opens with one
