@@ -229,7 +229,8 @@ def _kept(con, name: str, w: Window, refs: list[Window]) -> dict[dt.datetime, fl
 
 def _keep(con, name: str, w: Window, refs: list[Window], kept: dict) -> None:
     """Keep the levels of w's reference windows for other processes, where the store's folder may be written (a
-    read-only store is read all the same)."""
+    read-only store is read all the same), in place of those of the same day and length that another code or
+    other shards ranked."""
     path = _cache_file(con, name, w, refs)
     levels = {**{k.isoformat(): v for k, v in kept.items()},
               **{ref.start.isoformat(): _seen[(name, ref)].score for ref in refs if (name, ref) in _seen}}
@@ -239,6 +240,9 @@ def _keep(con, name: str, w: Window, refs: list[Window], kept: dict) -> None:
     try:
         tmp.write_text(json.dumps(levels))
         os.replace(tmp, path)
+        for stale in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.json"):
+            if stale != path:
+                stale.unlink(missing_ok=True)
     except OSError:
         tmp.unlink(missing_ok=True)
 
