@@ -41,12 +41,14 @@ def random_schedule(path: Path, per_type: int, seed: int = 11, system: str = "hi
     return Path(path)
 
 
-# `simulate` in a process of its own, which says its own peak memory last.
+# `simulate` in a process of its own, which says its own peak memory last: its address space's high-water mark
+# (`getrusage` would count the parent's, which Linux carries over the fork and the exec).
 _SIMULATE = """
-import json, resource, sys
+import json, sys
 from rcalab.cli import cli
 cli.main(sys.argv[1:], standalone_mode=False)
-print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"peak_mb": kb / 1024}))
 """
 
 
