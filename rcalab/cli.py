@@ -90,9 +90,9 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt):
 def bench(what, out, page, scale, nezha, sample, schedule, real, random, systems):
     """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.
 
-    testbed times one simulated day and checks the fault signatures of each system's random schedule at scales
-    0.005 and 0.05; etl times one simulated day's load beside the floor; scale the nightly job on four days in one
-    process and on local Dask clusters; store reads a store that thirty nights filled; wide loads, ranks and scans
+    testbed times one simulated day (and a day of each system at 0.01) and checks the fault signatures of each
+    system's random schedule at scales 0.005 and 0.05; etl times one simulated day's load beside the floor; scale
+    the nightly job on four days in one process and on local Dask clusters; store reads a store that thirty nights filled; wide loads, ranks and scans
     a system of 10,000 pods (three faults an hour apart and the hour before); load runs diagnose on sixteen
     cases, eight at once, against a stand-in endpoint that answers at once and one slower than the time limit;
     rank ranks every case of each system's random schedule, of the phase-one replay and of the real days; diagnose
