@@ -36,7 +36,7 @@ import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from itertools import groupby
 from pathlib import Path
 
@@ -169,16 +169,14 @@ def references(con: duckdb.DuckDBPyConnection, w: Window) -> list[Window]:
 _seen: dict[tuple, Level] = {}  # levels of reference windows, per store file and window
 
 
-def _code() -> str:
+@cache
+def code() -> str:
     """What ranks a level: the evidence families' and the ranker's code (this package). Kept levels name it, so that
     another version of rcalab does not read the levels this one ranked."""
     digest = hashlib.sha1()
     for path in sorted(Path(__file__).parent.rglob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-CODE = _code()
 
 
 def forget() -> None:
@@ -215,7 +213,7 @@ def _cache_file(con: duckdb.DuckDBPyConnection, name: str, w: Window, refs: list
     if not builds:
         return None
     minutes = int((refs[0].end - refs[0].start).total_seconds() // 60)
-    key = hashlib.sha1(",".join([CODE, *map(str, builds)]).encode()).hexdigest()[:12]
+    key = hashlib.sha1(",".join([code(), *map(str, builds)]).encode()).hexdigest()[:12]
     return store.shard_dir(name) / f"levels-{refs[0].start:%Y-%m-%d}-{minutes}m-{key}.json"
 
 

@@ -216,7 +216,7 @@ def code_site(comp: Component, fault: str, served: dict[str, float] | None = Non
     pair that starts there names no one place in the code."""
     served = served or {}
     for name, op in sorted(comp.operations.items(), key=lambda kv: (-served.get(kv[0], 0.0), -len(kv[1].steps))):
-        logs = [(i, OPENING.match(s.log)) for i, s in enumerate(op.steps) if s.log and OPENING.match(s.log)]
+        logs = [(i, m) for i, s in enumerate(op.steps) if s.log and (m := OPENING.match(s.log))]
         times = Counter(m[1] for _, m in logs)
         pairs = [(a, b) for a, b in zip(logs, logs[1:]) if times[a[1][1]] == 1]
         if fault == "exception" and pairs:

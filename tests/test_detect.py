@@ -95,7 +95,7 @@ def test_a_day_s_reference_levels_are_ranked_once_for_every_process_of_the_same_
     assert detect.normal_around(con, w) == normal and len(ranked) == once  # read from beside the shards
     kept = sorted(store.shard_dir(db).glob("levels-*.json"))
     detect.forget()
-    monkeypatch.setattr(detect, "CODE", "another version of rcalab")
+    monkeypatch.setattr(detect, "code", lambda: "another version of rcalab")
     assert detect.normal_around(con, w) == normal and len(ranked) == 2 * once  # its levels ranked again
     now = sorted(store.shard_dir(db).glob("levels-*.json"))
     assert len(now) == len(kept) and not set(now) & set(kept)  # in place of the other version's
