@@ -189,14 +189,14 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
     tool_steps: list[dict] = []
     contradicted: set[str] = set()  # candidates whose option's evidence a check found gone
     confirmed: dict[str, list[str]] = {}  # candidate -> the keys its checks found moving
-    done_calls: set[tuple] = set()
+    done_calls: dict[tuple, None] = {}  # (tool, target, keyword) in the order they ran
     results: list[str] = []  # what the checks read from the store
     unheld: list[dict] = []  # what the model stated that the store does not hold, left out of the answer
 
     def check(tool: str, target: str, keyword: str = "") -> str:
-        done_calls.add((tool, target, keyword))
+        done_calls[(tool, target, keyword)] = None
         found = run_tool(ctx, tool, target, keyword)
-        results.append(found.text)
+        results.append(found.read)
         read = {checks_of(o)[0] for c, o in options.values() if c == target and o.kind != DERIVED}
         if found.text.startswith("no ") and tool in read and not keyword:
             contradicted.add(target)
@@ -310,6 +310,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         "unfounded": unheld,
         "rivals": rivals if len(rivals) > 1 else [],
         "model": model, "messages": messages, "calls": calls, "tool_calls": len(tool_steps), "tokens": tokens,
+        "checks": [list(c) for c in done_calls],  # so that a judge reads again what they read
         "seconds": round(time.monotonic() - started, 2), "digest_seconds": round(digest_seconds, 3),
         "past_limit": time.monotonic() - started > time_limit,
         **standing(digest),

@@ -33,6 +33,12 @@ class Result:
     text: str  # what the model reads
     keys: tuple[str, ...] = ()  # the metric names and log keywords the check found moving, verbatim
 
+    @property
+    def read(self) -> str:
+        """All the check read from the store: what the model reads, and the keys a reason may name (a line's
+        keyword can lie past what the model reads of the line)."""
+        return "\n".join([self.text, *self.keys])
+
 
 def _names(ctx: Context, component: str) -> set[str]:
     """The component and what the ranking counts as its: a service's pods; a pod's service, whose service-wide

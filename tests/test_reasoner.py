@@ -403,3 +403,29 @@ def test_a_broken_pair_of_log_lines_is_told_as_a_log_search_one_of_calls_as_a_tr
     steps = {s["action"]: s["observation"] for s in evidence_steps(digest, "b")}
     assert "B#12_B#14" in steps["LogSearch(b)"] and "B#12_B#14" not in steps["TraceAnalysis(b)"]
     assert "call c GET" in steps["TraceAnalysis(b)"]
+
+
+
+def test_the_judge_holds_an_answer_to_what_its_checks_read_from_the_store_and_no_more(db, replay, tmp_path,
+                                                                                       monkeypatch):
+    """The agent holds an answer to the digest and to all its checks read, keys included (a keyword can lie past the
+    part of its line the model reads: a Train Ticket line's id); the judge reads those checks again from the store,
+    and a transcript's own words add nothing."""
+    from judge.grounding import grounding
+    from reasoner import tools
+
+    monkeypatch.setitem(tools.TOOLS, "metric_anomalies",
+                        lambda ctx, component: Result(f"{component}: a line cut before its keyword", ("far_key_4456",)))
+    qs = [q for q in load_questions(replay / "input.json") if q.uuid == CASE]
+    answers = tmp_path / "a.jsonl"
+    run_batch(db, qs, answers, ScriptedChat(answer()), model="fake")  # option 1a tested first, then chosen
+    transcript = json.loads(transcripts_path(answers).read_text())
+    assert transcript["checks"] == [["metric_anomalies", "cartservice", ""]] and transcript["unfounded"] == []
+    assert "far_key_4456" in json.loads(answers.read_text())["reason"]
+    assert grounding(db, qs, answers)["held"] == 1.0
+    transcript["checks"] = [["neighbours", "no-such-component 31337", ""], ["no_such_tool", "cartservice", ""]]
+    row = json.loads(answers.read_text())
+    row["reasoning_trace"][-1]["observation"] += " 31337"
+    answers.write_text(json.dumps(row) + "\n")
+    transcripts_path(answers).write_text(json.dumps(transcript) + "\n")
+    assert grounding(db, qs, answers)["unfounded"][CASE] == ["far_key_4456", "31337"]
