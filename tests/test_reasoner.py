@@ -405,7 +405,6 @@ def test_a_broken_pair_of_log_lines_is_told_as_a_log_search_one_of_calls_as_a_tr
     assert "call c GET" in steps["TraceAnalysis(b)"]
 
 
-
 def test_the_judge_holds_an_answer_to_what_its_checks_read_from_the_store_and_no_more(db, replay, tmp_path,
                                                                                        monkeypatch):
     """The agent holds an answer to the digest and to all its checks read, keys included (a keyword can lie past the
