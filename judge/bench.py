@@ -53,6 +53,15 @@ def unsure(db: Path, sample: list) -> set[str]:
     return {d.uuid for d in digests if d.unsure}
 
 
+def challenge(scored) -> dict:
+    """The figures the challenge scores: final, LA, TA, APL, and explainability where the truth names key
+    observations (a replay's do; real days' labels name none: None there, not 0)."""
+    summary = scored.summary()
+    observed = any(c.points for c in scored.cases)
+    return {k: summary[k] for k in ("final", "LA", "TA", "APL")} | {
+        "explainability": summary["explainability"] if observed else None}
+
+
 def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, doubtful: set[str]) -> dict:
     uuids = {q.uuid for q in sample}
     sample_truth = folder / "truth.jsonl"
@@ -63,7 +72,7 @@ def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, dou
     figures = transcript_figures(answers, {}) or {}
     hard = [c for c in scored.cases if c.uuid in doubtful]
     g = grounding(db, sample, answers)
-    return {**{k: summary[k] for k in ("final", "LA", "TA", "explainability", "APL", "cases", "answered")},
+    return {**challenge(scored), **{k: summary[k] for k in ("cases", "answered")},
             "unsure": len(hard), "LA_unsure": round(sum(c.component_ok for c in hard) / len(hard), 4) if hard else None,
             **{k: g[k] for k in ("grounded", "held")},
             **{k: figures.get(k) for k in ("fallback", "seconds_per_case", "llm_calls_per_case",
@@ -72,18 +81,14 @@ def judged(answers: Path, truth: Path, db: Path, sample: list, folder: Path, dou
 
 def ranked(db: Path, input_json: Path, truth: Path) -> dict:
     """The ranking's figures (`features.bench.ranking`) and, judged as the challenge scores them, the `rank` agent's
-    answers to every case from the same digests: final, LA, TA, APL, and explainability where the truth names key
-    observations (a replay's do; real days' labels name none)."""
+    answers to every case from the same digests (`challenge`)."""
     answers = []
     result = ranking(db, input_json, truth, each=lambda question, digest: answers.append(answer(digest)))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "answers.jsonl"
         path.write_text("".join(json.dumps(a) + "\n" for a in answers if a))
         scored = score(truth, path)
-    summary = scored.summary()
-    observed = any(c.points for c in scored.cases)
-    return result | {"rank agent": {k: summary[k] for k in ("final", "LA", "TA", "APL")}
-                     | ({"explainability": summary["explainability"]} if observed else {})}
+    return result | {"rank agent": challenge(scored)}
 
 
 def run(replays: dict[str, Replay], real: list[Path], per_type: int = 2, scale: float = REPLAY_SCALE,

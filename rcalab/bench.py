@@ -39,6 +39,13 @@ def cell(text) -> str:
     return escape(shown(text))
 
 
+def figure(figures: dict, key: str) -> str:
+    """A figure in a table: blank where the run does not measure it, "-" where the set cannot show it (None)."""
+    if key not in figures:
+        return ""
+    return "-" if figures[key] is None else f"{figures[key]:g}"
+
+
 def measure(what: str, settings: Settings, progress=lambda what: None) -> tuple[dict, list[Table]]:
     """Run one benchmark; its results and their tables."""
     return MEASURES[what](settings, progress)
@@ -243,7 +250,7 @@ def answers_table(result: dict) -> Table:
         table.add_column(col, justify="left" if col == "set" else "right")
     for name, r in result.items():
         judged = r["rank agent"]
-        table.add_row(cell(name), *("-" if judged.get(c) is None else f"{judged[c]:g}" for c in columns))
+        table.add_row(cell(name), *(figure(judged, c) for c in columns))
     return table
 
 
@@ -261,8 +268,7 @@ def diagnose_tables(result: dict) -> list[Table]:
                          "answered", "fallback", "seconds_per_case", "llm_calls_per_case", "prompt_tokens_per_case",
                          "output_tokens_per_case"):
             table.add_row(measure_.replace("_per_case", " a case").replace("LA_unsure", "LA where unsure")
-                          .replace("_", " "), *["" if r.get(measure_) is None else f"{r[measure_]:g}"
-                                                for r in agents.values()])
+                          .replace("_", " "), *[figure(r, measure_) for r in agents.values()])
         tables.append(table)
     return tables
 

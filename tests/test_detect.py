@@ -193,6 +193,7 @@ def test_the_bench_sets_apart_the_cases_where_the_ranking_is_unsure(tmp_path):
 
 def test_bench_rank_judges_the_rank_agent_s_answers_from_the_digests_it_ranked(tmp_path):
     from judge.bench import ranked
+    from rcalab.bench import figure
 
     path = tmp_path / "fault.duckdb"
     day(path, fault=2.0).close()
@@ -205,9 +206,11 @@ def test_bench_rank_judges_the_rank_agent_s_answers_from_the_digests_it_ranked(t
     result = ranked(path, tmp_path / "input.json", tmp_path / "truth.jsonl")
     assert result["top1"] == 1.0
     assert result["rank agent"]["LA"] == 1.0 and result["rank agent"]["explainability"] == 1.0
-    truth["key_observations"] = []  # a real day's labels: no explainability to judge
+    truth["key_observations"] = []  # a real day's labels: no explainability to judge, shown as "-", not 0
     (tmp_path / "truth.jsonl").write_text(json.dumps(truth) + "\n")
-    assert "explainability" not in ranked(path, tmp_path / "input.json", tmp_path / "truth.jsonl")["rank agent"]
+    unobserved = ranked(path, tmp_path / "input.json", tmp_path / "truth.jsonl")["rank agent"]
+    assert unobserved["explainability"] is None and figure(unobserved, "explainability") == "-"
+    assert figure({"LA": 1.0}, "explainability") == ""  # a run that does not measure it (the model deciding)
 
 
 def test_bench_detect_says_which_faults_it_missed_and_what_it_named_instead(tmp_path):
