@@ -51,8 +51,8 @@ def grounding(db: Path, questions: list[Question], answers: Path) -> dict:
 
 def reread(con, q: Question, digest, transcript: dict) -> list[str]:
     """What the checks a transcript lists read, read again from the store: those the agent could run (a tool it
-    has, on a candidate of the digest), so that a transcript names no other read (a keyword a check found nothing
-    of is still echoed in its result, as the agent holds it)."""
+    has, on a candidate of the digest), so that a transcript names no other read; a check that found nothing read
+    nothing (`Result.read`), though its result repeats the keyword it searched for."""
     candidates = {c.component for c in digest.candidates}
     checks = transcript.get("checks") if isinstance(transcript.get("checks"), list) else []
     return [run_tool(Context(con, q), *c).read for c in checks

@@ -32,12 +32,14 @@ class Context:
 class Result:
     text: str  # what the model reads
     keys: tuple[str, ...] = ()  # the metric names and log keywords the check found moving, verbatim
+    found: bool = True  # False where the store gave nothing: the text only says what was asked
 
     @property
     def read(self) -> str:
         """All the check read from the store: what the model reads, and the keys a reason may name (a line's
-        keyword can lie past what the model reads of the line)."""
-        return "\n".join([self.text, *self.keys])
+        keyword can lie past what the model reads of the line). Nothing where it found nothing: its text echoes
+        the request (a keyword searched for), which is no fact of the store's."""
+        return "\n".join([self.text, *self.keys]) if self.found else ""
 
 
 def _names(ctx: Context, component: str) -> set[str]:
@@ -52,7 +54,9 @@ def _items(found: list[Item], nothing: str, names: set[str]) -> Result:
     """The lines found, strongest first; the keys only of those that are the checked component's own (a caller's
     line that names it is shown, but its keys are the caller's)."""
     found = sorted(found, key=strength)[:MAX_LINES]  # as the ranking orders them, ties broken alike
-    return Result("\n".join(flat(i.text, 160) for i in found) or nothing,
+    if not found:
+        return Result(nothing, found=False)
+    return Result("\n".join(flat(i.text, 160) for i in found),
                   tuple(dict.fromkeys(i.key for i in found if i.component in names)))
 
 
@@ -76,7 +80,8 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
                            [q.start, q.start - GAP, component, component, q.start - BASELINE, q.end,
                             f"%{keyword}%", MAX_LINES]).fetchall()
     if not rows:
-        return Result(f"no log template of {flat(component, 60)}" + (f" contains '{flat(keyword, 40)}'" if keyword else ""))
+        asked = f" contains '{flat(keyword, 40)}'" if keyword else ""
+        return Result(f"no log template of {flat(component, 60)}{asked}", found=False)
     # A line of each template in the window fills its placeholders (a rule's or a callee's name), as the digest does.
     said = dict(ctx.con.execute("""
         select template_id, arg_min(message, (ts, message)) from log_lines
@@ -108,7 +113,9 @@ def neighbours(ctx: Context, component: str) -> Result:
         parts.append(f"replicas of {service}: " + ", ".join(sorted(p for p, s, _ in rows if s == service)))
     if node:
         parts.append(f"pods on {node}: " + ", ".join(sorted(p for p, _, n in rows if n == node and p != component)))
-    return Result("\n".join(flat(part, 400) for part in parts) or f"{flat(component, 60)} is not in the topology")
+    if not parts:
+        return Result(f"{flat(component, 60)} is not in the topology", found=False)
+    return Result("\n".join(flat(part, 400) for part in parts))
 
 
 TOOLS = {f.__name__: f for f in (metric_anomalies, log_templates, trace_edges, neighbours)}
@@ -135,10 +142,10 @@ def checks_of(option: Option) -> list[str]:
 
 def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> Result:
     if name not in TOOLS:
-        return Result(f"Error: unknown tool '{name}' (tools: {', '.join(TOOLS)})")
+        return Result(f"Error: unknown tool '{name}' (tools: {', '.join(TOOLS)})", found=False)
     try:
         if name == "log_templates":
             return log_templates(ctx, component, keyword)
         return TOOLS[name](ctx, component)
     except duckdb.Error as e:
-        return Result(f"Error: {str(e).splitlines()[0]}")
+        return Result(f"Error: {str(e).splitlines()[0]}", found=False)

@@ -428,3 +428,19 @@ def test_the_judge_holds_an_answer_to_what_its_checks_read_from_the_store_and_no
     answers.write_text(json.dumps(row) + "\n")
     transcripts_path(answers).write_text(json.dumps(transcript) + "\n")
     assert grounding(db, qs, answers)["unfounded"][CASE] == ["far_key_4456", "31337"]
+
+
+def test_a_keyword_a_check_searched_for_and_found_nowhere_is_no_fact(db, replay, tmp_path):
+    """A check that found nothing echoes its request ("no log template of X contains '31337'"): the keyword is the
+    model's, not the store's, so neither the agent nor the judge holds an answer to it."""
+    from judge.grounding import grounding
+
+    qs = [q for q in load_questions(replay / "input.json") if q.uuid == CASE]
+    answers = tmp_path / "a.jsonl"
+    chat = ScriptedChat(check("log_templates", "cartservice", "31337"), answer(reason="its logs hold 31337"))
+    run_batch(db, qs, answers, chat, model="fake", max_tools=1)
+    transcript = json.loads(transcripts_path(answers).read_text())
+    assert transcript["checks"][-1] == ["log_templates", "cartservice", "31337"]
+    assert "no log template of cartservice contains '31337'" in transcript["messages"][-2]["content"]
+    assert {"action": "reason", "unfounded": ["31337"]} in transcript["unfounded"]
+    assert "31337" not in answers.read_text() and grounding(db, qs, answers)["held"] == 1.0
