@@ -197,32 +197,36 @@ def fault_paths(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, cau
 def fault_path(walker: Walker, cause: str) -> list[Hop]:
     """The way the fault took from an entry to `cause`: the path of calls, from any entry to the cause's service,
     that runs most along calls that failed or slowed and through components that moved, then the shortest; from
-    its first component that moved (where the fault showed no further out). A pod cause ends the path in place of
-    its service; a node cause after its pod that moved most (where none moved, the node alone)."""
+    the hop past its last component that did not move (the fault showed no further out). A pod cause ends the path
+    in place of its service; a node cause after one of its pods that moved (it reaches users through each: the one
+    the best way leads to, then the one that moved most; where none moved, the node alone)."""
     ranking, figures = walker.ranking, walker.figures
     service_of = ranking.service_of
-    tail = [cause]
+    tails = [[cause]]
     if cause in set(ranking.node_of.values()) and cause not in service_of:
         blame = {p: sum(it.blame for it in _items(ranking, p)) for p, n in ranking.node_of.items()
                  if n == cause and p in service_of}
-        tail = sorted((p for p in blame if blame[p] > 0), key=lambda p: (-blame[p], p))[:1] + [cause]
-    target = service_of.get(tail[0], tail[0])
+        tails = [[p, cause] for p in sorted((p for p in blame if blame[p] > 0), key=lambda p: (-blame[p], p))] or tails
     moved = {it.component for it in ranking.items} | {service_of.get(it.component) for it in ranking.items}
     calls = calls_graph(ranking.graph)
 
     def cost(a: str, b: str, _) -> int:  # a call that held costs more than one that failed, a quiet callee too
         return 1 + 2 * (not troubled(figures.get((a, b)))) + (b not in moved)
-    ways = [(nx.dijkstra_path_length(calls, e, target, cost), nx.dijkstra_path(calls, e, target, cost))
-            for e in sorted(entries(ranking.graph)) if target in calls and e in calls and nx.has_path(calls, e, target)]
-    best = min(ways, key=lambda way: (way[0], len(way[1]), way[1]), default=(0, [target]))[1]
-    hops = walker.walk(best[:-1] + tail)
+
+    def ways(tail: list[str]):
+        target = service_of.get(tail[0], tail[0])
+        found = [(nx.dijkstra_path_length(calls, e, target, cost), nx.dijkstra_path(calls, e, target, cost))
+                 for e in sorted(entries(ranking.graph))
+                 if target in calls and e in calls and nx.has_path(calls, e, target)]
+        return [(length, len(way), way[:-1] + tail) for length, way in found]
+    # ties: the pod that moved most, then the first entry; where no entry leads to any, the first tail alone
+    best = min((way for tail in tails for way in ways(tail)), key=lambda way: way[:2], default=(0, 0, tails[0]))[2]
+    hops = walker.walk(best)
     entry = hops[0]
     entry.statuses = statuses(walker.con, walker.w, sorted(_members(ranking, entry.component)))
-    hops[-1].also = also_moved(walker.con, walker.w, sorted(_members(ranking, tail[0])),
-                               {it.key for it in hops[-1].items})
-    while len(hops) > 1 and not deviates(hops[0]):
-        hops.pop(0)
-    return hops
+    hops[-1].also = also_moved(walker.con, walker.w, sorted(_members(ranking, cause)), {it.key for it in hops[-1].items})
+    quiet = [i for i, h in enumerate(hops[:-1]) if not deviates(h)]
+    return hops[quiet[-1] + 1:] if quiet else hops
 
 
 def ungrounded(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, path: list[str]) -> list[str]:

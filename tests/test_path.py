@@ -5,7 +5,7 @@ import pytest
 from test_ranking import END, START, Tiny, digest
 
 from features.evidence import Item, Window
-from features.path import Hop, read, ungrounded
+from features.path import Hop, fault_paths, read, ungrounded
 from features.ranker import rank_window
 from reasoner.rank import answer, gist, path_steps
 
@@ -72,6 +72,42 @@ def test_a_path_whose_caller_moved_before_the_cause_is_not_grounded(tmp_path):
     con = chain_store(tmp_path / "reversed.duckdb", caller_first=True)
     problems = check(con, ["fe", "b", "c"])
     assert any(p.startswith("fe moved at") and "before c" in p for p in problems), problems
+
+
+def paths_to(con, cause):
+    w = Window(START, END)
+    return [h.component for h in fault_paths(con, w, rank_window(con, w, 5), [cause])[cause]]
+
+
+def test_the_path_starts_past_a_caller_the_fault_did_not_reach(tmp_path):
+    """Seen on a Train Ticket replay: the entry moved, its callee held (its calls too), the cause failed; the fault
+    showed no further out than the cause, so the path is the cause alone, not a walk through a quiet component."""
+    t = Tiny(tmp_path / "quiet.duckdb")
+    t.chain(["fe", "b", "c"])
+    for service, fault in (("fe", 30000.0), ("b", None), ("c", None)):
+        t.place(f"{service}-0", service)
+        t.series(f"{service}-0", "rrt", 2000.0, service=service, source="apm", fault=fault)
+    t.series("c-0", "error_ratio", 0.001, service="c", source="apm", fault=0.6)
+    con = t.done()
+    assert paths_to(con, "c") == ["c"]
+    assert check(con, ["fe", "b", "c"]) == ["b did not leave its baseline"]
+
+
+def test_a_node_s_path_ends_at_the_pod_on_it_that_the_best_way_from_an_entry_reaches(tmp_path):
+    """Seen on a Train Ticket replay: a node under CPU stress runs the entry's pod (slower at once) and a deeper
+    pod (failing minutes later). The entry met the fault on the node itself; a walk to the deeper pod would have
+    the entry move before what it waits on."""
+    t = Tiny(tmp_path / "node.duckdb")
+    t.chain(["fe", "b"])
+    for service, since in (("fe", 0), ("b", 6)):
+        t.place(f"{service}-0", service)
+        t.series(f"{service}-0", "rrt", 2000.0, service=service, source="apm", fault=6000.0, since=since)
+    t.series("b-0", "error_ratio", 0.001, service="b", source="apm", fault=0.6, since=6)
+    t.series("node-1", "node_cpu_usage_rate", 20.0, kind="node", source="infra_node", node="node-1", fault=95.0)
+    con = t.done()
+    assert paths_to(con, "node-1") == ["fe-0", "node-1"]
+    assert check(con, ["fe-0", "node-1"]) == []
+    assert any(p.startswith("fe moved at") for p in check(con, ["fe", "b-0", "node-1"]))
 
 
 def test_a_logged_error_is_quoted_as_what_failed_its_codes_and_its_two_innermost_errors():
