@@ -213,14 +213,13 @@ def fault_path(walker: Walker, cause: str) -> list[Hop]:
     def cost(a: str, b: str, _) -> int:  # a call that held costs more than one that failed, a quiet callee too
         return 1 + 2 * (not troubled(figures.get((a, b)))) + (b not in moved)
 
-    def ways(tail: list[str]):
-        target = service_of.get(tail[0], tail[0])
-        found = [(nx.dijkstra_path_length(calls, e, target, cost), nx.dijkstra_path(calls, e, target, cost))
-                 for e in sorted(entries(ranking.graph))
-                 if target in calls and e in calls and nx.has_path(calls, e, target)]
-        return [(length, len(way), way[:-1] + tail) for length, way in found]
+    # One search from each entry gives its cheapest way to every service, whatever the tails.
+    reached = [nx.single_source_dijkstra(calls, e, weight=cost) for e in sorted(entries(ranking.graph)) if e in calls]
+    ways = [(lengths[target], len(paths[target]), paths[target][:-1] + tail)
+            for tail in tails for target in [service_of.get(tail[0], tail[0])]
+            for lengths, paths in reached if target in lengths]
     # ties: the pod that moved most, then the first entry; where no entry leads to any, the first tail alone
-    best = min((way for tail in tails for way in ways(tail)), key=lambda way: way[:2], default=(0, 0, tails[0]))[2]
+    best = min(ways, key=lambda way: way[:2], default=(0, 0, tails[0]))[2]
     hops = walker.walk(best)
     entry = hops[0]
     entry.statuses = statuses(walker.con, walker.w, sorted(_members(ranking, entry.component)))
