@@ -198,7 +198,7 @@ def diagnose(chat: Chat, con: duckdb.DuckDBPyConnection, question: Question, *, 
         found = run_tool(ctx, tool, target, keyword)
         results.append(found.read)
         read = {checks_of(o)[0] for c, o in options.values() if c == target and o.kind != DERIVED}
-        if found.text.startswith("no ") and tool in read and not keyword:
+        if found.empty and tool in read and not keyword:
             contradicted.add(target)
         confirmed.setdefault(target, []).extend(found.keys)
         arg = flat(target, 60) + (f", {flat(keyword, 40)}" if keyword else "")

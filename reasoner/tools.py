@@ -33,6 +33,16 @@ class Result:
     text: str  # what the model reads
     keys: tuple[str, ...] = ()  # the metric names and log keywords the check found moving, verbatim
     found: bool = True  # False where the store gave nothing: the text only says what was asked
+    failed: bool = False  # the check could not run (an unknown tool, a failed query): it says nothing of the store
+
+    @classmethod
+    def failure(cls, text: str) -> "Result":
+        return cls(text, found=False, failed=True)
+
+    @property
+    def empty(self) -> bool:
+        """Whether the store holds nothing of what was asked (a check that failed says nothing either way)."""
+        return not self.found and not self.failed
 
     @property
     def read(self) -> str:
@@ -142,10 +152,10 @@ def checks_of(option: Option) -> list[str]:
 
 def run_tool(ctx: Context, name: str, component: str, keyword: str = "") -> Result:
     if name not in TOOLS:
-        return Result(f"Error: unknown tool '{name}' (tools: {', '.join(TOOLS)})", found=False)
+        return Result.failure(f"Error: unknown tool '{name}' (tools: {', '.join(TOOLS)})")
     try:
         if name == "log_templates":
             return log_templates(ctx, component, keyword)
         return TOOLS[name](ctx, component)
     except duckdb.Error as e:
-        return Result(f"Error: {str(e).splitlines()[0]}", found=False)
+        return Result.failure(f"Error: {str(e).splitlines()[0]}")

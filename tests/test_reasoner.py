@@ -196,7 +196,7 @@ def test_only_a_check_of_the_evidence_an_option_rests_on_can_find_it_gone(db, qu
 
 
 def test_a_test_that_finds_candidate_1_s_evidence_gone_opens_the_other_options(db, questions, monkeypatch):
-    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window"))
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window", found=False))
     chat = ScriptedChat(answer("2a"))
     out = run(db, questions, chat)
     enum = chat.asked[0][1]["properties"]["option"]["enum"]
@@ -206,11 +206,19 @@ def test_a_test_that_finds_candidate_1_s_evidence_gone_opens_the_other_options(d
 
 
 def test_an_answer_a_check_contradicts_is_refused_and_never_printed_beside_that_check(db, questions, monkeypatch):
-    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window"))
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no anomalies in the window", found=False))
     out = run(db, questions, ScriptedChat(answer("1a"), answer("1a")))
     assert out.error.startswith("a check of cartservice found its evidence gone: choose another candidate's option")
     assert out.transcript["status"] == "fallback" and out.transcript["clear"] is False
     assert not any("no anomalies" in s["observation"] for s in out.answer["reasoning_trace"])
+
+
+def test_a_check_that_could_not_run_contradicts_nothing(db, questions, monkeypatch):
+    """A query that failed (a shard gone, a store busy) read nothing either way: it is no evidence gone."""
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result.failure("Error: IO Error: Cannot open file"))
+    out = run(db, questions, ScriptedChat(answer("1a")))
+    assert out.transcript["status"] == "answered" and out.answer["component"] == "cartservice"
+    assert out.transcript["why_not_top"] is None
 
 
 def test_the_token_count_covers_every_call(db, questions):
@@ -285,7 +293,7 @@ def test_a_check_of_a_pod_reads_the_service_wide_evidence_the_ranking_gave_it(ev
     for q in load_questions(truth.parent / "input.json"):
         top = next(iter(build_digest(con, q).candidates), None)
         if top and top.level == "pod" and any(e.kind == "trace" and e.component != top.component for e in top.evidence):
-            assert not run_tool(Context(con, q), "trace_edges", top.component).text.startswith("no ")
+            assert run_tool(Context(con, q), "trace_edges", top.component).found
             checked += 1
     assert checked
 
@@ -354,7 +362,7 @@ def test_no_check_of_a_caller_finds_gone_the_missing_calls_the_ranking_derived_f
     callees' falls are the evidence. A check that finds nothing there opens no other candidate."""
     con = stops_calling(tiny)
     assert ranked_digest_of(con).options["checkout"][0].kind == "derived"
-    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no traced calls of checkout changed"))
+    monkeypatch.setattr(agent, "run_tool", lambda *a: Result("no traced calls of checkout changed", found=False))
     chat = ScriptedChat(answer("2a", "pod failure"), answer("2a", "pod failure"))
     out = agent.diagnose(chat, con, Question("case", START, END, ""), max_tools=0)
     assert "1a" in chat.asked[0][1]["properties"]["option"]["enum"] and out.answer["component"] == "checkout"
