@@ -86,7 +86,7 @@ def log_templates(ctx: Context, component: str, keyword: str = "") -> Result:
                coalesce(sum(m.lines) filter (where m.minute < ?), 0) as before
         from log_template_minute m join log_templates t using (template_id)
         where (m.component = ? or m.service = ?) and m.minute >= ? and m.minute <= ? and t.template ilike ?
-        group by all having during > 0 order by during - before desc limit ?""",
+        group by all having during > 0 order by during - before desc, m.component, template_id limit ?""",
                            [q.start, q.start - GAP, component, component, q.start - BASELINE, q.end,
                             f"%{keyword}%", MAX_LINES]).fetchall()
     if not rows:

@@ -74,7 +74,7 @@ def _gone(con, w: Window, r: dict, name: str, services: re.Pattern) -> bool:
     """Whether a name a component's lines failed to resolve is gone, not its resolver broken: its lines in the
     window that fail to resolve name no other service, and its calls into another service were answered."""
     named = {s for line, in con.execute("""select distinct message from log_lines where component = ? and ts >= ?
-                                           and ts < ? + interval 1 minute and regexp_matches(message, ?) limit 200""",
+                                           and ts < ? + interval 1 minute and regexp_matches(message, ?) order by message limit 200""",
                                         [r["component"], w.start, w.end, "(?i)" + RESOLVER.pattern]).fetchall()
              for s in services.findall(line) if s != r["service"]}
     return named == {name} and bool(con.execute(
@@ -107,7 +107,7 @@ def collect(con, w: Window) -> list[Item]:
         select d.component, d.service, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before, d.errors
         from d join log_templates t using (template_id) left join b using (component, template_id)
         where d.rate > 2 * coalesce(b.rate, 0) + 0.05
-        order by d.rate - coalesce(b.rate, 0) desc limit 200""",
+        order by d.rate - coalesce(b.rate, 0) desc, d.component, d.template_id limit 200""",
                  [minutes, w.start, w.end, base_minutes, *params])
     # The same template surging in several components at once travels with the calls (an exception
     # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.

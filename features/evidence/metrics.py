@@ -41,7 +41,7 @@ def collect(con, w: Window) -> list[Item]:
                    from metric_anomaly semi join moved using (source, component, metric)
                    where ts >= $start and ts <= $end and component in (select component from moved)
                    group by all having median(abs(z)) >= $z
-                   order by z desc limit 400),
+                   order by z desc, source, component, metric limit 400),  -- ties: the same every run
              b as (select source, component, metric, median(value) as before, avg(value) as mean,
                           bool_and(value >= 0 and value = round(value)) as whole
                    from metric_anomaly semi join d using (source, component, metric)
