@@ -22,7 +22,9 @@
    took more messages than before (its producers' load), and is its own where neither is. A unit
    with no local signal at all is an echo of something it calls, seen or not; but one that is called and
    calls nothing, traced or declared, waits on nothing: its latency is its own work (its errors may still be
-   what its callers sent it). The deepest anomalous unit with healthy dependencies ranks first.
+   what its callers sent it). A change explains another only while it holds: a dependency's change undone before it
+   held half the window explains none of a caller's trouble that held. The deepest anomalous unit with healthy
+   dependencies ranks first.
 5. Where a component's own code path broke in its spans (as much as makes a unit anomalous), a component whose
    evidence is one resource metric's change (no failed or slowed call reaches it, its paths held: nothing felt it)
    counts as an echo does.
@@ -120,6 +122,12 @@ def fell(item: Item) -> bool:
     return item.signal == "traffic" and (item.fell or item.kind == "silence") and not item.echo
 
 
+def felt(units: dict[str, list[Item]], traced: set[str]) -> dict[str, float]:
+    """How anomalous each unit is to its callers: a traced one only by trouble they can feel (the traces would show
+    it)."""
+    return {u: own([i for i in its if i.signal in FELT]) if u in traced else own(its) for u, its in units.items()}
+
+
 def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str, str]) -> set[str]:
     """The units where the load comes in (a service that calls and that nothing calls) whose traffic fell:
     where there are any, every fall below them follows theirs."""
@@ -210,10 +218,12 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     cands = {u: Candidate(u, level[u], evidence=sorted(its, key=strength))
              for u, its in units.items()}
     own_of = {u: own(units[u]) for u in cands}
-    # A traced dependency explains its callers only by trouble they can feel: the traces would show it.
-    traced = {b for _, b, k in g.edges(data="kind") if k == "call"}
-    felt = {u: own([i for i in units[u] if i.signal in FELT]) if service_of.get(u, u) in traced else own_of[u]
-            for u in cands}
+    called = {b for _, b, k in g.edges(data="kind") if k == "call"}
+    traced = {u for u in units if service_of.get(u, u) in called}
+    # A change explains another only while it holds: a dependency's change that was over within the window (`brief`)
+    # explains none of a caller's trouble that held.
+    felt_any, felt_held = felt(units, traced), felt({u: [i for i in its if not i.brief] for u, its in units.items()},
+                                                    traced)
     # A node explains its pods only when it hosts anomalous pods of two or more services.
     hosted: dict[str, set[str]] = defaultdict(set)
     for u in cands:
@@ -226,7 +236,9 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
         deps |= {p for d in deps for p in pods_of.get(d, ())}  # and a service's trouble, carried by one of its pods
-        worst, by = max(((felt[d], d) for d in deps if d in cands and d != u), default=(0.0, None))
+        held = any(not it.brief and (it.echo or it.signal in UPWARD) for it in units[u])
+        worst, by = max((((felt_held if held else felt_any)[d], d) for d in deps if d in cands and d != u),
+                        default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])

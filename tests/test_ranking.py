@@ -346,6 +346,37 @@ def test_a_level_s_return_within_the_window_is_no_change_of_its_own(tiny):
     assert [(i.component, "0.2 -> 1.9" in i.text) for i in found] == [("cart-0", True)]
 
 
+def test_a_change_undone_before_it_held_half_the_window_was_brief(tiny):
+    """cart's errors rise for three minutes of the twenty; pay's for fourteen."""
+    con = tiny.done()
+    con.executemany("insert into changepoints values (?, ?, 'apm', ?, ?, 'error', ?, ?, ?)",
+                    [(START + dt.timedelta(minutes=m), START.date(), pod, pod[:-2], before, after, 7.0)
+                     for pod, up, back in (("cart-0", 5, 8), ("pay-0", 2, 16))
+                     for m, before, after in ((up, 0.0, 0.7), (back, 0.7, 0.0))])
+    found = changepoints.collect(con, Window(START, END))
+    assert sorted((i.component, i.brief) for i in found) == [("cart-0", True), ("pay-0", False)]
+
+
+def test_a_dependency_s_blip_explains_none_of_a_caller_s_trouble_that_held():
+    """Seen on a simulated system of 2,000 services: a delay on one of the gateway's 400 routes held its maximum
+    latency up all window, and two failed calls of a leaf it reaches, over within three minutes, explained it."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    g = nx.DiGraph()
+    g.add_edge("gateway", "leaf", kind="call", calls=20)
+    slow = Item("gateway", "metric", 0.47, "rrt_max", "metric rrt_max of gateway", "latency")
+    sent = Item("gateway", "changepoint", 0.2, "pod_network_transmit_bytes", "change point of gateway", "network")
+    blip = Item("leaf", "changepoint", 0.6, "error", "change point error of leaf", "errors", brief=True)
+    gateway = next(c for c in rank([slow, sent, blip], g, {}, set()) if c.component == "gateway")
+    assert (gateway.explained_by, gateway.score) == (None, pytest.approx(0.47 + 0.3 * 0.2))
+    held = rank([slow, sent, replace(blip, brief=False)], g, {}, set())
+    assert next(c for c in held if c.component == "gateway").explained_by == "leaf"
+    short = rank([replace(slow, kind="changepoint", brief=True), sent, blip], g, {}, set())  # a short fault, whole
+    assert next(c for c in short if c.component == "gateway").explained_by == "leaf"
+
+
 def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):
     tiny.chain(["a", "b", "c"], slow="c", gap_us=400_000, leg="request")
     tiny.chain(["d", "c"], slow="c", gap_us=400_000, leg="request")

@@ -60,6 +60,7 @@ class Item:
     line: str = ""  # a log item's template with its placeholders filled from a line of it, whole
     logged: bool = False  # an event item's pair is of two log lines (read in the logs, not the spans)
     back: bool = False  # a silence of a process that died in the window and was back before its end: a restart
+    brief: bool = False  # a change undone before it held half the window (a window's trouble holds half of it)
 
     @property
     def blame(self) -> float:

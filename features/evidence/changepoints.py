@@ -15,20 +15,24 @@ WEIGHT = 0.6  # a level shift against the whole day corroborates; alone it is we
 
 def collect(con, w: Window) -> list[Item]:
     found = rows(con, """
-        select source, component, metric, before, after, score as shift from changepoints
+        select ts, source, component, metric, before, after, score as shift from changepoints
         where ts >= ? and ts <= ? and score >= ? order by ts, source, component, metric""",
                  [w.start - GAP, w.end, SHIFT_MIN])
     changes: dict[tuple, list[dict]] = defaultdict(list)
     for c in found:
         earlier = changes[c["source"], c["component"], c["metric"]]
-        if not any(undoes(c, e) for e in earlier):
+        undone = [e for e in earlier if undoes(c, e)]
+        for e in undone:  # held less than half the window, as a metric's trouble must: over before the window was
+            e["brief"] = e.get("brief", False) or c["ts"] - max(e["ts"], w.start) < (w.end - w.start) / 2
+        if not undone:
             earlier.append(c)
     faulty = ([c for c in cs if faulty_change(c["metric"], c["before"], c["after"])] for cs in changes.values())
     strongest = [max(cs, key=lambda c: c["shift"]) for cs in faulty if cs]
     return [Item(c["component"], "changepoint", WEIGHT * min(c["shift"], SHIFT_FULL) / SHIFT_FULL, c["metric"],
                  f"change point {c['metric']} of {c['component']}: {fmt(c['before'])} -> {fmt(c['after'])} "
                  f"({c['shift']:.1f} sd)", signal_of(c["metric"]),
-                 bool(ECHO.search(c["metric"])) or shared(c["metric"], c["source"]), c["after"] < c["before"])
+                 bool(ECHO.search(c["metric"])) or shared(c["metric"], c["source"]), c["after"] < c["before"],
+                 brief=c.get("brief", False))
             for c in sorted(strongest, key=lambda c: -c["shift"])]
 
 
