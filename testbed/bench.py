@@ -184,7 +184,8 @@ def wide_run(services: int = 2000, replicas: int = 5, scale: float = 0.01, cases
         progress("wide: detect")
         lo, hi = detect.span(con)
         started = time.perf_counter()
-        found = detect.incidents(detect.scan(con, lo, hi))
+        levels = detect.scan(con, lo, hi)
+        found = detect.incidents(levels)
         out["detect s"] = round(time.perf_counter() - started, 1)
         seen = [any(i.start <= q.end and q.start <= i.end for i in found) for q in questions]
         named = [any(i.start <= q.end and q.start <= i.end and any(hit(c, names(t), False) for c in i.components[:1])
@@ -192,7 +193,8 @@ def wide_run(services: int = 2000, replicas: int = 5, scale: float = 0.01, cases
         out["faults found"] = round(sum(seen) / len(seen), 3)
         out["found and named"] = round(sum(named) / len(named), 3)
         out["incidents"] = len(found)
-        out["levels at the faults"] = [round(max((lv.score or 0) for lv in detect.scan(con, q.start, q.end)), 3)
+        out["levels at the faults"] = [round(max((lv.score or 0) for lv in levels  # the scan's windows over each
+                                                 if lv.window.start <= q.end and q.start <= lv.window.end), 3)
                                        for q in questions]
         con.close()
     return out
