@@ -49,6 +49,7 @@ UPWARD = {"latency", "errors"}  # explained by an anomalous dependency
 # an anomalous caller (a producer) where it rose with the messages the consumer took; it is its own where neither
 # is (a consumer that stalls): nobody waits on a consumer, so nothing echoes into its lag.
 LAG = "lag"
+EXPLAINABLE = UPWARD | {LAG}  # what an anomalous dependency explains of a unit's trouble
 DOWNWARD = {"traffic"}  # explained by an anomalous caller
 LIVENESS = {"processes", "up"}  # a unit whose processes stopped or that says it is not up is down
 ERROR_ORIGIN = "error origin"  # the trace signal of errors that start in a component's own spans
@@ -86,7 +87,7 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable
     that calls nothing (`slow_alone`) waits on nothing: its latency is its own work (its errors may still be what
     its callers sent it)."""
     best: dict[str, float] = {}
-    upward = (UPWARD - {"latency"} if slow_alone else UPWARD) | {LAG} | ({ERROR_ORIGIN} if unreachable else set())
+    upward = (EXPLAINABLE - {"latency"} if slow_alone else EXPLAINABLE) | ({ERROR_ORIGIN} if unreachable else set())
     downward = DOWNWARD | ({LAG} if fed(items) else set())
     for it in items:
         explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in downward)
@@ -236,7 +237,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         deps = {d for d in depends_on(g, u) if d not in nodes or len(hosted[d]) >= 2}
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
         deps |= {p for d in deps for p in pods_of.get(d, ())}  # and a service's trouble, carried by one of its pods
-        held = any(not it.brief and (it.echo or it.signal in UPWARD) for it in units[u])
+        held = any(not it.brief and (it.echo or it.signal in EXPLAINABLE) for it in units[u])
         worst, by = max((((felt_held if held else felt_any)[d], d) for d in deps if d in cands and d != u),
                         default=(0.0, None))
         c.explained_by = by if worst >= ANOMALOUS else None

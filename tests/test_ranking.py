@@ -377,6 +377,21 @@ def test_a_dependency_s_blip_explains_none_of_a_caller_s_trouble_that_held():
     assert next(c for c in short if c.component == "gateway").explained_by == "leaf"
 
 
+def test_a_broker_s_blip_explains_none_of_a_consumer_s_lag_that_held():
+    """A consumer's lag is explained as its latency is (by its broker backing up), so it holds as latency does."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    g = nx.DiGraph()
+    g.add_edge("billing", "kafka", kind="call", calls=20)
+    lag = Item("billing", "changepoint", 0.5, "lag of billing", "lag of billing", "lag")
+    blip = Item("kafka", "changepoint", 0.6, "latency of kafka", "latency of kafka", "latency", brief=True)
+    assert next(c for c in rank([lag, blip], g, {}, set()) if c.component == "billing").explained_by is None
+    held = rank([lag, replace(blip, brief=False)], g, {}, set())
+    assert next(c for c in held if c.component == "billing").explained_by == "kafka"
+
+
 def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):
     tiny.chain(["a", "b", "c"], slow="c", gap_us=400_000, leg="request")
     tiny.chain(["d", "c"], slow="c", gap_us=400_000, leg="request")
