@@ -87,11 +87,11 @@ def mine_new(con: duckdb.DuckDBPyConnection, new: list[str]) -> int:
     ids = [miner.add_log_message(text)["cluster_id"] for text in new]
     miner.persistence_handler = handler
     miner.save_state("etl")
-    masked = pa.table({"masked": new, "template_id": pa.array(ids, pa.int32())})
-    con.execute("insert into log_masked select * from masked")
+    con.from_arrow(pa.table({"masked": new, "template_id": pa.array(ids, pa.int32())})).insert_into("log_masked")
     clusters = miner.drain.clusters
-    templates = pa.table({"template_id": pa.array([c.cluster_id for c in clusters], pa.int32()),
-                          "template": [c.get_template() for c in clusters]})
-    con.execute("""insert into log_templates select template_id, template, null, 0 from templates
+    con.register("mined", pa.table({"template_id": pa.array([c.cluster_id for c in clusters], pa.int32()),
+                                    "template": [c.get_template() for c in clusters]}))
+    con.execute("""insert into log_templates select template_id, template, null, 0 from mined
                    on conflict (template_id) do update set template = excluded.template""")
+    con.unregister("mined")
     return len(new)

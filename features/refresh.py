@@ -116,8 +116,7 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
             aliases = [f"load_{i}" for i in range(len(task.loads))]
             for alias, path in zip(aliases, task.loads):
                 store.attach(con, path, alias)
-            masked = task.masked
-            con.execute("create temp table log_masked as select * from masked")
+            con.register("log_masked", task.masked)
             store.shard_views(con, aliases, [])
             # The first hour's baseline of trace edges is the hour before the day: computed again from the rows
             # here (as the previous day's shard holds it), and not kept.

@@ -2,7 +2,6 @@
 as bound parameters or quoted identifiers, never as SQL, and a terminal as text, never as commands."""
 
 import datetime as dt
-import shutil
 import subprocess
 import sys
 from pathlib import Path
