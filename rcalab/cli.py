@@ -203,15 +203,14 @@ def describe(db, name):
 
     Example: rcalab describe --db store.duckdb --name myshop > myshop.yaml
     """
-    import yaml
-
     from etl.store import connect
     from testbed.describe import describe as draw
+    from testbed.system import dump
 
     con = connect(db, read_only=True)
     if not con.execute("select count(*) from spans").fetchall()[0][0]:
         raise RcalabError(f"{db}: the store holds no spans to describe a system from")
-    click.echo(yaml.safe_dump(draw(con, name), sort_keys=False, width=118, allow_unicode=True), nl=False)
+    click.echo(dump(draw(con, name)), nl=False)
 
 
 @cli.group()

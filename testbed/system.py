@@ -6,6 +6,7 @@ calls, faults that apply to what they name). A description that fails is one lin
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -50,7 +51,7 @@ class Operation:
     steps: tuple[Step, ...] = ()
     method: str | None = None  # the code method that implements it (what a JVM agent's rules name)
     status: int = 200  # the HTTP status an entry answers it with
-    consumes: str | None = None  # broker.topic it serves, asynchronously
+    consumes: tuple[str, str] | None = None  # (broker, topic) it serves, asynchronously
 
     @property
     def calls(self) -> tuple[Step, ...]:
@@ -140,7 +141,7 @@ class System:
     def consumers(self, broker: str, topic: str) -> list[tuple[str, str]]:
         """(component, operation) that consume a topic, in the description's order."""
         return [(c, name) for c, comp in self.components.items() for name, op in comp.operations.items()
-                if op.consumes == f"{broker}.{topic}"]
+                if op.consumes == (broker, topic)]
 
 
 def load(name_or_path: str | Path) -> System:
@@ -158,15 +159,69 @@ def shipped_names() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in SHIPPED.iterdir() if p.name.endswith(".yaml"))
 
 
+MAX_VALUES = 100_000  # the values of a description with its aliases expanded (the shipped ones hold under 5,000)
+# YAML 1.2's floats, as JSON writes them: 1e9 and 6.5e8 are numbers (YAML 1.1 reads them as text).
+FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+                   r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$")
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML with floats as YAML 1.2 and JSON write them: 1e9 and 6.5e8 are numbers (YAML 1.1 reads them as text)."""
+    """YAML with floats as YAML 1.2 reads them; a key given twice in one mapping is refused (the second would
+    replace the first unseen), and so is a document whose aliases expand past MAX_VALUES values or refer to
+    themselves (what would exhaust the checks' time and memory)."""
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in seen:
+                    raise yaml.composer.ComposerError(None, None, f"'{_short(key.value)}' is given twice in one "
+                                                      "mapping", key.start_mark)
+                seen.add((key.tag, key.value))
+        return node
+
+    def compose_document(self):
+        node = super().compose_document()
+        _expanded(node, {}, set())
+        return node
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"),
-    list("-+0123456789."))
+class _Dumper(yaml.SafeDumper):
+    """YAML that `_Loader` reads back as written: text that it would read as a number (`6e3`) is quoted."""
+
+
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT, list("-+0123456789."))
+
+
+def dump(description: dict) -> str:
+    """A description as YAML text that `load` reads back to the same names and values."""
+    return yaml.dump(description, Dumper=_Dumper, sort_keys=False, width=118, allow_unicode=True)
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int], above: set[int]) -> int:
+    """How many values `node` holds with its aliases expanded; past MAX_VALUES, or an alias inside what it names,
+    is a ComposerError at the node."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in above:
+        raise yaml.composer.ComposerError(None, None, "an alias refers to a value that holds it", node.start_mark)
+    above.add(id(node))
+    children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else \
+        node.value if isinstance(node, yaml.SequenceNode) else []
+    size = 1 + sum(_expanded(c, sizes, above) for c in children)
+    above.discard(id(node))
+    if size > MAX_VALUES:
+        raise yaml.composer.ComposerError(None, None, f"its aliases expand to more than {MAX_VALUES:,} values",
+                                          node.start_mark)
+    sizes[id(node)] = size
+    return size
+
+
+def _short(text, most: int = 40) -> str:
+    text = str(text)
+    return text if len(text) <= most else text[:most] + "..."
 
 
 @cache
@@ -179,6 +234,8 @@ def _load(path: str) -> System:
         raise DescriptionError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
         raw = yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise DescriptionError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where else ""
@@ -190,7 +247,17 @@ def _load(path: str) -> System:
         e = jsonschema.exceptions.best_match(inner) if inner else e
     if e is not None:
         raise DescriptionError(f"{path}: {_field(e.absolute_path) or 'the file'}: {_said(e)}")
+    if (where := _not_finite(raw, [])) is not None:
+        raise DescriptionError(f"{path}: {_field(where)}: not a finite number")
     return _build(raw, path)
+
+
+def _not_finite(value, where: list) -> list | None:
+    """The field of the first number that is not finite (`.nan`, `.inf`: no limit of the schema holds them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return next((found for k, v in items if (found := _not_finite(v, where + [k])) is not None), None)
 
 
 @cache
@@ -211,8 +278,13 @@ def _said(e: jsonschema.ValidationError) -> str:
     if e.validator == "oneOf" and isinstance(e.instance, dict):
         return "a step is one of {call: SERVICE.OPERATION}, {publish: BROKER.TOPIC} or {log: TEXT}"
     if e.validator == "additionalProperties":
-        return e.message.replace("Additional properties are not allowed", "unknown field(s)")
-    return e.message
+        return _short(e.message.replace("Additional properties are not allowed", "unknown field(s)"), 200)
+    # a name that becomes part of a file's path (a component, a node, a namespace, a topic, a KPI): never '/' nor a
+    # leading dot, so that no name leaves the dump's folder
+    if e.validator == "pattern" and e.validator_value == _validator().schema["$defs"]["name"]["pattern"]:
+        return (f"'{_short(e.instance)}' is not a name (at most 63 letters, digits, '.', '_' and '-', the first a "
+                "letter or a digit)")
+    return _short(e.message, 200)
 
 
 def _build(raw: dict, path: str) -> System:
@@ -220,6 +292,7 @@ def _build(raw: dict, path: str) -> System:
         raise DescriptionError(f"{path}: {where}: {message}")
 
     namespace = raw["namespace"]
+    members = {name: set(c.get("operations") or {}) | set(c.get("topics", ())) for name, c in raw["components"].items()}
     components: dict[str, Component] = {}
     for name, c in raw["components"].items():
         where = f"components.{name}"
@@ -233,8 +306,10 @@ def _build(raw: dict, path: str) -> System:
             kpis[kpi] = Kpi(float(mean), float(noise), float(coupling), frozenset(roles))
         operations = {}
         for op_name, op in (c.get("operations") or {}).items():
-            steps = tuple(_step(s) for s in op.get("steps", []))
-            operations[op_name] = Operation(op_name, steps, op.get("method"), op.get("status", 200), op.get("consumes"))
+            at = f"{where}.operations.{op_name}"
+            steps = tuple(_step(s, members, f"{at}.steps[{i}]", fail) for i, s in enumerate(op.get("steps", [])))
+            consumes = _member(op["consumes"], members, f"{at}.consumes", fail) if op.get("consumes") else None
+            operations[op_name] = Operation(op_name, steps, op.get("method"), op.get("status", 200), consumes)
         rpc = c.get("rpc", {})
         language = c.get("language", "")
         components[name] = Component(
@@ -260,14 +335,28 @@ def _build(raw: dict, path: str) -> System:
     return system
 
 
-def _step(raw: dict) -> Step:
+def _step(raw: dict, members: dict[str, set[str]], where: str, fail) -> Step:
     if "log" in raw:
         return Step(log=raw["log"], level=raw.get("level", "info"), otherwise=raw.get("else", ""),
                     otherwise_level=raw.get("else_level", "error"))
-    target = raw.get("call") or raw["publish"]
-    service, operation = target.split(".", 1)
+    field_ = "call" if "call" in raw else "publish"
+    service, operation = _member(raw[field_], members, f"{where}.{field_}", fail)
     return Step(service, operation, raw.get("p", 1.0), raw.get("times", 1), raw.get("optional", False),
                 raw.get("deadline_ms"), publish="publish" in raw)
+
+
+def _member(ref: str, members: dict[str, set[str]], where: str, fail) -> tuple[str, str]:
+    """`COMPONENT.MEMBER` (an operation or a topic) split where it names a declared component's member: names may
+    hold dots, so a reference two ways could be read is refused. One that names nothing declared splits at the
+    longest declared component (the first dot where none is), for `_check` to say what is missing."""
+    dots = [i for i, ch in enumerate(ref) if ch == "."]
+    meant = [(ref[:i], ref[i + 1:]) for i in dots if ref[i + 1:] in members.get(ref[:i], ())]
+    if len(meant) > 1:
+        fail(where, f"'{ref}' names both " + " and ".join(f"{c}'s '{m}'" for c, m in meant) + "; rename one")
+    if meant:
+        return meant[0]
+    i = next((i for i in reversed(dots) if ref[:i] in members), dots[0])
+    return ref[:i], ref[i + 1:]
 
 
 def _check(system: System, fail) -> None:
@@ -292,9 +381,9 @@ def _check(system: System, fail) -> None:
                 elif step.operation not in callee.operations:
                     fail(f"{where}.steps[{i}].call", f"'{step.operation}' is not an operation of '{step.service}'")
             if op.consumes:
-                broker, topic = op.consumes.split(".", 1)
+                broker, topic = op.consumes
                 if broker not in comps or topic not in comps[broker].topics:
-                    fail(f"{where}.consumes", f"'{op.consumes}' is not a declared broker's topic")
+                    fail(f"{where}.consumes", f"'{broker}.{topic}' is not a declared broker's topic")
         if comp.watches and comp.watches not in comps:
             fail(f"components.{name}.watches", f"'{comp.watches}' is not a declared component")
     _no_cycle(system, fail)

@@ -118,7 +118,7 @@ def span_names(system, node, route: str) -> tuple[str, str]:
     if node.mode == "publish":
         return f"{node.method} publish", ""
     if node.mode == "consume":
-        return "", f"{system.components[node.service].operations[node.method].consumes.split('.', 1)[1]} process"
+        return "", f"{system.components[node.service].operations[node.method].consumes[1]} process"
     if not comp.traced:  # its clients trace their calls where their instrumentation does (JDBC, a Redis client)
         return (node.method if comp.client_spans else ""), ""
     if comp.protocol == "http":

@@ -19,6 +19,7 @@ from features.refresh import nightly
 from etl import store
 from etl.loader import run_etl
 from rcalab.cli import cli
+from rcalab.errors import DescriptionError
 from testbed.faults import FAULTS, Target, busiest_site, code_site, get
 from testbed.metrics import apm_tables
 from testbed.schedule import Case, format_time
@@ -109,6 +110,16 @@ def with_code_positions(description):
     ("components/catalog/replicas", "two", "components.catalog.replicas: 'two' is not of type 'integer'"),
     ("components/web/operations/GET %2Fitems/steps/0", {"call": "catalog.List", "p": 1.5},
      "components.web.operations.GET /items.steps[0].p: 1.5 is greater than the maximum of 1"),
+    ("components/catalog/operations/List/steps/1", {"call": "cache.GET", "p": float("nan")},
+     "components.catalog.operations.List.steps[1].p: not a finite number"),
+    ("workload/mix/GET %2Fitems", float("nan"), "workload.mix.GET /items: not a finite number"),
+    ("components/..%2F..%2Fup", {"kind": "cache"},
+     "components: '../../up' is not a name (at most 63 letters, digits, '.', '_' and '-', the first a letter or a "
+     "digit)"),
+    ("nodes/workers/0", "w" * 10_000, f"nodes.workers[0]: '{'w' * 40}...' is not a name (at most 63 letters, digits, "
+                                      "'.', '_' and '-', the first a letter or a digit)"),
+    ("components/db/metrics/file", "../../elsewhere",
+     "components.db.metrics.file: '../../elsewhere' does not match '^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$'"),
 ])
 def test_a_bad_description_is_one_line_naming_the_file_and_field(tmp_path, where, value, message):
     path = write(tmp_path, changed(SHOP, where, value))
@@ -117,6 +128,56 @@ def test_a_bad_description_is_one_line_naming_the_file_and_field(tmp_path, where
     assert result.exit_code == 1
     assert result.output == f"Error: {path}: {message}\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("components:\n  web: {kind: service}\n  web: {kind: cache}\n",
+     "not valid YAML at line 3 ('web' is given twice in one mapping)"),
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi")),
+     "not valid YAML at line 5 (its aliases expand to more than 100,000 values)"),
+    ("a: &a [1, *a]\n", "not valid YAML at line 1 (an alias refers to a value that holds it)"),
+])
+def test_a_description_that_would_hide_a_field_or_exhaust_the_checks_is_refused_at_once(tmp_path, text, message):
+    """A key given twice would silently replace the first; an alias bomb of a kilobyte would run the schema's checks
+    for minutes through gigabytes (and its refusal would quote the whole expanded value)."""
+    path = tmp_path / "shop.yaml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["simulate", str(out), "--system", str(path), "--cases", "2"])
+    assert (result.exit_code, result.output) == (1, f"Error: {path}: {message}\n")
+    assert not out.exists()
+
+
+def test_anchors_and_merge_keys_that_override_stay_usable(tmp_path):
+    """What a description of several instances of one datastore writes: an anchor reused, a merge key overridden."""
+    text = yaml.safe_dump(SHOP, sort_keys=False).replace("  db:\n", "  db: &pg\n", 1)
+    text = text.replace("\nfaults:", "\n  db2:\n    <<: *pg\n    port: 5433\nfaults:", 1)
+    path = tmp_path / "shop.yaml"
+    path.write_text(text)
+    system = load(path)
+    assert system.components["db2"].port == 5433 and system.components["db"].port == 5432
+
+
+def test_a_described_system_reads_back_with_the_same_names(tmp_path):
+    """`describe` writes what `simulate` reads: a name YAML 1.2 reads as a number (6e3) stays a name, and a name
+    with a dot is called by an unambiguous reference."""
+    from testbed.system import dump
+
+    shop = json.loads(json.dumps(SHOP).replace('"catalog": {', '"6e3": {').replace('"catalog.', '"6e3.')
+                      .replace('"cache": {', '"cache.v1": {').replace('"cache.GET"', '"cache.v1.GET"'))
+    path = tmp_path / "shop.yaml"
+    path.write_text(dump(shop))
+    system = load(path)
+    assert {"6e3", "cache.v1"} <= set(system.components)
+    assert ("6e3", "cache.v1") in system.calls() and ("web", "6e3") in system.calls()
+    ambiguous = changed(changed(shop, "components/cache", {"kind": "cache", "operations": {"v1.GET": {}}}),
+                        "components/cache.v1/failure", "x")
+    path = tmp_path / "ambiguous.yaml"
+    path.write_text(dump(ambiguous))
+    with pytest.raises(DescriptionError, match=r"steps\[1\]\.call: 'cache.v1.GET' names both cache's 'v1.GET' and "
+                                        r"cache.v1's 'GET'; rename one"):
+        load(path)
 
 
 def test_every_shipped_system_loads_and_names_what_it_simulates():
