@@ -50,7 +50,7 @@ def case_days(cases: list[Case]) -> list[dt.date]:
 def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.01, seed: int = 0,
              progress: Callable[[str], None] | None = None, hours: int | None = None) -> Summary:
     """Simulate every CST day the cases touch and write it under `out`; same seed, same bytes. With `hours`, a
-    day's files hold only the hours that end with the hour its last case ends in (the same bytes as those hours
+    day's files hold only the hours that end with the hour its own last case ends in (the same bytes as those hours
     of the whole day's)."""
     out = Path(out)
     _check_writable(out)
@@ -58,13 +58,15 @@ def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.0
     for date in case_days(cases):
         day = build_day(date, topo, seed)
         add_noise(day, np.random.default_rng([seed, date.toordinal(), 5]))
+        ends = []  # the minutes this day's own cases end in
         for case in cases:
             lo, hi = day.minute_of(case.start), day.minute_of(case.end + dt.timedelta(seconds=59))
             if hi > lo:
                 case.fault.apply(day, case.target, slice(lo, hi), np.random.default_rng([seed, hash_uuid(case.uuid)]))
+                ends.append(min(day.minute_of(case.end), MINUTES - 1))
         if hours:
-            last = max((day.minute_of(c.end) for c in cases if day.minute_of(c.end) > 0), default=MINUTES) // 60 + 1
-            day.written = slice(max(0, last - hours) * 60, min(last, 24) * 60)
+            last = max(ends) // 60 + 1
+            day.written = slice(max(0, last - hours) * 60, last * 60)
         _write_day(day, out / date.isoformat(), scale, seed, summary, progress)
         summary.days.append(date.isoformat())
     write_case_files(cases, out, seed)

@@ -137,3 +137,24 @@ def test_a_day_cut_to_its_last_hours_holds_those_hours_of_the_whole_day_byte_for
     cut = pq.read_table(tmp_path / day / "metric-parquet" / "apm" / "pod" / name).to_pylist()
     whole = pq.read_table(replay / day / "metric-parquet" / "apm" / "pod" / name).to_pylist()
     assert len(cut) == 120 and cut == [r for r in whole if cut[0]["time"] <= r["time"] <= cut[-1]["time"]]
+
+
+def test_each_day_cut_to_its_hours_holds_the_hours_of_its_own_cases(tmp_path):
+    """With cases on two days, each day's hours end with its own last case's (counted from the last case of all
+    days, the first day was written at 23:00, and its case had no data)."""
+    from testbed.schedule import load_schedule
+    from testbed.simulate import simulate
+    from testbed.topology import Topology
+    from testbed.workload import CST
+
+    topo = Topology.build(0)
+    by_day = {}
+    for case in load_schedule(PHASE_ONE, topo):
+        by_day.setdefault(case.start.astimezone(CST).date(), case)
+    cases = [by_day[day] for day in sorted(by_day)[:2]]
+    assert all(c.start.astimezone(CST).date() == c.end.astimezone(CST).date() for c in cases)
+    simulate(tmp_path, cases, topo, scale=0.002, seed=0, hours=1)
+    for case in cases:
+        end = case.end.astimezone(CST)
+        traces = sorted(p.name for p in (tmp_path / end.date().isoformat() / "trace-parquet").iterdir())
+        assert [int(name[-16:-14]) for name in traces] == [end.hour], (case.uuid, traces)
