@@ -157,8 +157,8 @@ def svg(fig) -> str:
 
 def call_graph(con, digest: Digest, path: list[str], w: Window):
     """The call graph in layers, callers above what they call: every call drawn, the calls that failed or slowed
-    in the window in red, the fault's path thick with its components ringed, the candidates coloured by score.
-    Each call's gid is "call A -> B", a call on the path "path A -> B", a component's label "component A"."""
+    in the window in red, the fault's path thick with its components ringed, the candidates coloured by score (None
+    where the window holds no call, path or candidate). Each call's gid is "call A -> B", a call on the path "path A -> B", a component's label "component A"."""
     import networkx as nx
 
     g = dependency_graph(con, w)
@@ -170,6 +170,8 @@ def call_graph(con, digest: Digest, path: list[str], w: Window):
     for c in digest.candidates:
         score.setdefault(service_of.get(c.component, c.component), c.score)
         calls.add_node(service_of.get(c.component, c.component))
+    if not calls:
+        return None
     roots = sorted(n for n in calls if calls.in_degree(n) == 0) or sorted(calls)[:1]
     depth = nx.multi_source_dijkstra_path_length(calls, roots) if roots else {}
     for n in calls:  # each below its deepest caller where the calls form no cycle, else at its distance
@@ -224,6 +226,9 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
     e = html.escape
     parts = [f"<!doctype html><meta charset='utf-8'><title>{e(q.uuid)}</title><style>{STYLE}</style>{ON_LOAD}",
              f"<h1>Case {e(q.uuid)}</h1><p>{e(q.description)}</p>"]
+    if not any(con.execute(f"select 1 from {table} where ts between ? and ? limit 1", [q.start, q.end]).fetchall()
+               for table in ("metric_points", "spans", "log_lines")):
+        parts.append("<p><b>This window is empty: the store holds no metric, span or log line in it.</b></p>")
     if answer:
         scores = [c.score for c in digest.candidates]
         margin = f"; score {scores[0]:.2f}, the next {scores[1]:.2f}" if len(scores) > 1 else ""
@@ -250,8 +255,10 @@ def case_page(con, q: Question, answer: dict | None, transcript: dict | None) ->
                                ("The key log keyword around the window", key_log_plot(con, digest, component, w))):
             if picture:
                 parts.append(f"<h2>{title}</h2><img alt='{e(title)}' src='{picture}'>")
-        parts.append(f"<h2>The fault's path on the call graph</h2><p>{e(' -> '.join(path) or 'no path walked')}</p>"
-                     f"<div class='graph'>{svg(call_graph(con, digest, path, w))}</div>")
+        graph = call_graph(con, digest, path, w)
+        parts.append(f"<h2>The fault's path on the call graph</h2><p>{e(' -> '.join(path) or 'no path walked')}</p>" +
+                     (f"<div class='graph'>{svg(graph)}</div>" if graph else
+                      "<p>none: the store holds no calls in this window</p>"))
         lines = con.execute("""select strftime(ts, '%H:%M:%S'), component, coalesce(level, ''), message from log_lines
                                where (component = ? or service = ?) and ts between ? and ?
                                order by level in ('ERROR', 'FATAL', 'CRITICAL') desc, ts limit ?""",

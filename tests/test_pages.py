@@ -1,6 +1,7 @@
 """A page per case, opened in a real headless browser (Debian's chromium, which `make test` installs): each page
 loads with no console message, its pictures render, and a screenshot is taken."""
 
+import datetime as dt
 import json
 from html.parser import HTMLParser
 import shutil
@@ -125,3 +126,16 @@ def test_the_judge_checks_that_the_fault_s_path_and_the_facts_of_each_answer_hol
     assert honest["held"] == 1.0 and honest["unfounded"] == {}  # every quote logged, every number the evidence's
     assert list(bent["unfounded"]) == [other["uuid"]] and "31337" in bent["unfounded"][other["uuid"]]
     assert "Grounded: 1.0 of the" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_a_window_with_no_rows_is_a_page_that_says_so(replay, replay_store, tmp_path):
+    """An answer for a window days past the store's last row (no calls, no metrics, no lines): the page says the
+    window is empty, where the call graph's drawing once failed on its empty layers."""
+    q = load_questions(replay / "input.json")[0]
+    late = type(q)("late", q.start + dt.timedelta(days=3), q.end + dt.timedelta(days=3), q.description)
+    answers = tmp_path / "a.jsonl"
+    answers.write_text(json.dumps({"uuid": "late", "component": "frontend", "reason": "x", "reasoning_trace": []}) + "\n")
+    page = write_pages(replay_store[0], [late], answers, tmp_path / "cases")["late"]
+    text = page.read_text()
+    assert "This window is empty" in text and "the store holds no calls in this window" in text
+    assert browse(page, "--dump-dom").returncode == 0
