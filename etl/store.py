@@ -21,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import StoreBusy, StoreError
+from rcalab.errors import RcalabError, StoreBusy, StoreError
 from rcalab.tasks import worker_threads
 
 # Ordered, append-only: each migration runs once, in a transaction, when the store opens.
@@ -291,6 +291,39 @@ def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
         except duckdb.Error as e:
             raise damaged(db, f"its shard {path} cannot be read ({str(e).splitlines()[0]})") from None
     _views(con, current)
+
+
+READS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}  # select, with, from, describe, show, summarize
+
+
+def read(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyConnection:
+    """Run one query that reads (READS) on a store's read-only connection, which is first closed to the outside
+    world (no file, extension or setting beyond the store: DuckDB's enable_external_access and lock_configuration).
+    A statement that would write, attach, detach, install, load or set is refused before it runs, as is a text of
+    several statements: attaching a shard again, read-write, is an ATTACH, which the settings alone let through."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as e:
+        raise RcalabError(f"the query failed: {str(e).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise RcalabError(f"the query holds {len(statements)} statements; give one that reads (select, describe, "
+                          "show, summarize, explain)")
+    if statements[0].type not in READS:
+        kind = {duckdb.StatementType.LOAD: "install or load"}.get(statements[0].type, statements[0].type.name.lower())
+        raise RcalabError(f"the query is {kind}, not a read: rcalab sql runs one query "
+                          "that reads the store (select, describe, show, summarize, explain) and nothing that writes, "
+                          "attaches or reaches outside it")
+    con.execute("set enable_external_access = false")
+    con.execute("set lock_configuration = true")
+    try:
+        return con.execute(query)
+    except duckdb.PermissionException as e:
+        raise RcalabError(f"the query reaches outside the store, which rcalab sql does not allow "
+                          f"({str(e).splitlines()[0]})") from None
+    except (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.InterruptException):
+        raise  # the store's own trouble, or a Ctrl-C: the command line says which
+    except duckdb.Error as e:
+        raise RcalabError(f"the query failed: {str(e).splitlines()[0]}") from None
 
 
 def threads(con: duckdb.DuckDBPyConnection) -> int:

@@ -162,7 +162,8 @@ def schema(db):
 @click.option("--csv", "as_csv", is_flag=True, help="Write the rows as CSV, with a header.")
 @reports_errors
 def sql(db, query, as_csv):
-    """Run a query on a store, read-only, and print its rows.
+    """Run one query that reads a store (select, describe, show, summarize, explain) and print its rows; nothing
+    that writes, attaches, or reaches files outside the store runs.
 
     Any DuckDB client that opens the store file itself reads the same tables (views over the day shards beside
     it); this opens it where such a client cannot (the store attached to another database, a temp_directory of
@@ -173,18 +174,15 @@ def sql(db, query, as_csv):
     import csv
     import sys
 
-    import duckdb
-
-    from etl.store import connect
+    from etl.store import connect, read
 
     con = connect(db, read_only=True)
-    try:
-        cur = con.execute(query)
-    except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
-            duckdb.InvalidInputException, duckdb.PermissionException) as e:
-        raise RcalabError(f"the query failed: {str(e).splitlines()[0]}") from None
-    names = [d[0] for d in cur.description or []]
-    rows = cur.fetchall()
+    try:  # closed at once: the settings `read` locks are those of every connection to the store in this process
+        cur = read(con, query)
+        names = [d[0] for d in cur.description or []]
+        rows = cur.fetchall()
+    finally:
+        con.close()
     if as_csv:
         writer = csv.writer(sys.stdout)
         writer.writerows([names] + [[shown(v) if isinstance(v, str) else v for v in row] for row in rows])

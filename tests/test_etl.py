@@ -194,6 +194,39 @@ def test_sql_runs_a_query_on_a_store(loaded):
     assert wrong.exit_code == 1 and wrong.output.startswith("Error: the query failed: Catalog Error: Table with name")
 
 
+@pytest.mark.parametrize("query, said", [
+    ("detach shard_1", "is detach, not a read"),
+    ("attach 'SHARD' as w (read_only false)", "is attach, not a read"),
+    ("delete from spans", "is delete, not a read"),
+    ("copy (select 1) to 'OUT/x.csv'", "is copy, not a read"),
+    ("export database 'OUT/exp'", "is export, not a read"),
+    ("install httpfs", "is install or load, not a read"),
+    ("load httpfs", "is install or load, not a read"),
+    ("set enable_external_access = true", "is set, not a read"),
+    ("select 1; delete from spans", "holds 2 statements"),
+    ("select * from read_csv('OUT/missing.csv')", "reaches outside the store, which rcalab sql does not allow"),
+])
+def test_sql_reads_and_cannot_write(loaded, tmp_path_factory, query, said):
+    """What once emptied the store's spans (a detach, a read-write attach and a delete), wrote files outside it or
+    folders under the home, or was said to be a damaged store: one line saying what was refused, nothing written."""
+    folder = tmp_path_factory.getbasetemp() / "sql-refused"
+    if not folder.exists():  # one copy for every case: each leaves it as it was
+        folder.mkdir()
+        copy_store(loaded[0], folder / "s.duckdb")
+        (folder / "out").mkdir()
+    db, out = folder / "s.duckdb", folder / "out"
+    shard = next(Path(f"{db}.shards").glob("load-*.duckdb"))
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    spans = q(db, "select count(*) from spans")
+    text = query.replace("SHARD", str(shard)).replace("OUT", str(out))
+    result = CliRunner().invoke(cli, ["sql", "--db", str(db), text])
+    assert result.exit_code == 1 and result.output.startswith("Error: the query ") and said in result.output, \
+        result.output
+    assert len(result.output.splitlines()) == 1
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before
+    assert q(db, "select count(*) from spans") == spans
+
+
 def test_second_etl_on_the_same_store_refuses(replay, tmp_path):
     db = tmp_path / "s.duckdb"
     with store.exclusive(db):
