@@ -51,6 +51,7 @@ class Report:
     feature_rows: dict[str, int] = field(default_factory=dict)
     rows_by_kind: dict[str, int] = field(default_factory=dict)
     seconds_by_kind: dict[str, float] = field(default_factory=dict)  # "features" for the refresh
+    mended: list[str] = field(default_factory=list)  # shards found missing or unreadable, and what loads again
 
     @property
     def partial(self) -> bool:
@@ -106,9 +107,10 @@ def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
     dump = Path(dump).resolve()  # a file is known by its real path, however the dump was named
     adapter = adapter_for(dump, fmt)
     with store.exclusive(db):
-        con = store.connect(db)
+        con = store.connect(db, shards=False)
         try:
-            report = _run(con, Path(db), adapter, dump, progress, client)
+            report = Report(adapter.NAME, mended=mend(con, Path(db)))
+            _run(con, Path(db), adapter, dump, progress, client, report)
             if then:
                 then(con, report)
             return report
@@ -126,12 +128,56 @@ def day_of(dump: Path, path: Path) -> str:
                 "undated")
 
 
-def _run(con, db: Path, adapter, dump: Path, progress, client) -> Report:
-    report = Report(adapter.NAME)
+def mend(con, db: Path) -> list[str]:
+    """Take every shard that is missing or cannot be read whole out of the catalog, in one transaction each, and say
+    so: a load shard's files are marked failed in the manifest, so that the load of their dump (this one, or the next
+    of theirs) reads them again; the UTC days its rows reached, or a features shard's own, wait for the refresh."""
+    said = []
+    for build, kind, key, file, lo, hi in con.execute("select build, kind, key, file, lo, hi from shards "
+                                                      "order by kind, key").fetchall():
+        why = store.unreadable(con, db, f"shard_{build}", file)
+        if not why:
+            continue
+        con.execute("begin")
+        if kind == "load":
+            ids = [fid for fid, path in con.execute("select file_id, path from manifest where status = 'loaded'"
+                                                    ).fetchall() if _in_day(Path(path), key)]
+            con.execute("update manifest set status = 'failed', error = ? where list_contains(?, file_id)",
+                        [f"its day's shard {file} {why}; it loads again with its dump", ids])
+            if lo is not None:
+                con.execute("insert or ignore into dirty_days select unnest(range(?::date, ?::date + 1, "
+                            "interval 1 day))", [lo - store.REACH, hi + store.REACH])
+        else:
+            con.execute("insert or ignore into dirty_days values (?::date)", [key])
+        con.execute("delete from shards where build = ?", [build])
+        store.publish(con)
+        con.execute("commit")
+        with suppress(duckdb.Error):
+            con.execute(f"detach if exists shard_{build}")
+        (store.shard_dir(db) / file).unlink(missing_ok=True)
+        said.append(f"{store.shard_dir(db) / file} {why}: " + (
+            f"its {len(ids)} files load again from the dump" if kind == "load" else "its day's features are computed "
+            "again"))
+        log.warning("mended: %s", said[-1])
+    return said
+
+
+def _tag(dump: Path) -> str:
+    """What keeps the days of different dumps in one store apart (a load shard's key is its day and this)."""
+    return hashlib.sha1(str(dump).encode()).hexdigest()[:8]
+
+
+def _in_day(path: Path, key: str) -> bool:
+    """Whether a file of some dump belongs to the day of a load shard's key."""
+    day, tag = key.rsplit("-", 1)
+    return any(_tag(dump) == tag and day_of(dump, path) == day for dump in path.parents)
+
+
+def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -> None:
     files = adapter.discover(dump)
     known = {row[0]: row[1:] for row in con.execute("select path, bytes, mtime, status, file_id from manifest").fetchall()}
     present = {str(f.path) for f in files}
-    tag = hashlib.sha1(str(dump).encode()).hexdigest()[:8]  # days of different dumps in one store stay apart
+    tag = _tag(dump)
     shards = {key: (build, file, lo, hi) for build, key, file, lo, hi in
               con.execute("select build, key, file, lo, hi from shards where kind = 'load'").fetchall()}
     days: dict[str, list] = {}
@@ -183,17 +229,20 @@ def _run(con, db: Path, adapter, dump: Path, progress, client) -> Report:
                          "mended") from None
     mine_shards(con, db)
     con.execute("delete from dirty_days where day not between ? and ?", [FIRST_DAY, last_day()])  # none can load
-    return report
+
+
+SHARD_FILE = re.compile(r"(load|features)-.*\.duckdb(\.tmp)?(\.wal)?")
 
 
 def _next_build(con, db: Path) -> int:
-    """The next shard's build number. Files in the shard folder that the catalog does not list are what an
-    interrupted run left (a temporary file, or a shard renamed into place before the catalog switched): removed."""
+    """The next shard's build number. Shard files that the catalog does not list are what an interrupted run left (a
+    temporary file, or a shard renamed into place before the catalog switched): removed. Nothing else is (the
+    readers' cache)."""
     folder = store.shard_dir(db)
     folder.mkdir(exist_ok=True)
     listed = {file for file, in con.execute("select file from shards").fetchall()}
     for path in folder.iterdir():
-        if path.name not in listed:
+        if path.name not in listed and SHARD_FILE.fullmatch(path.name):
             path.unlink()
     return store.next_build(con)
 

@@ -161,6 +161,35 @@ def damaged(path: Path | str, why: str) -> StoreError:
     return StoreError(f"the store {path} is damaged: {why}; rebuild it with 'rcalab etl DUMP --db NEW'")
 
 
+def shard_lost(db: Path | str, why: str) -> StoreError:
+    """A shard missing or unreadable: the next load of its dump writes it again (`etl.loader`), the catalog is whole."""
+    return StoreError(f"the store {db} is damaged: {why}; 'rcalab etl DUMP --db {db}' of its dump mends it (the day "
+                      "loads again)")
+
+
+def _short_of(con: duckdb.DuckDBPyConnection, database: str, path: Path) -> str:
+    """Why the DuckDB file attached as `database` is cut short ('' where it is whole): every block its header counts
+    as used is in the file (free blocks at the end are cut from it)."""
+    (block, blocks), = con.execute("select block_size, used_blocks from pragma_database_size() "
+                                    "where database_name = ?", [database]).fetchall()
+    size, needed = os.path.getsize(path), HEADER_BYTES + block * blocks
+    return f"the file has {size:,} bytes of the {needed:,} its used blocks take at least" if blocks and size < needed \
+        else ""
+
+
+def unreadable(con: duckdb.DuckDBPyConnection, db: Path | str, alias: str, file: str) -> str:
+    """Why a shard the catalog lists cannot be read ('' where it can), attaching it as `alias` where it can."""
+    path = shard_dir(db) / file
+    if not path.is_file():
+        return "is missing"
+    try:
+        attach(con, path, alias)
+        short = _short_of(con, alias, path)
+    except duckdb.Error as e:
+        return f"cannot be read ({str(e).splitlines()[0]})"
+    return f"is cut short ({short})" if short else ""
+
+
 def unwritable(e: duckdb.Error) -> bool:
     """Whether DuckDB failed because the store's file system refused a write (full, read-only): the store is
     whole, and nothing more can be loaded into it until that is mended."""
@@ -175,10 +204,10 @@ def tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
     return [(name, DESCRIPTIONS.get(name, ""), columns) for name, columns in rows]
 
 
-def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(path: Path | str, read_only: bool = False, shards: bool = True) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) a store and bring its schema up to date. A store cut short (a copy or a disk
     that stopped half way) is refused as damaged before anything reads or writes it; a file of another kind is
-    refused as it is."""
+    refused as it is. Its shards are attached (`open_shards`) unless `shards` is False (the ETL mends them first)."""
     path = Path(path)
     if path.is_file() and path.stat().st_size >= 12:
         with open(path, "rb") as f:
@@ -186,9 +215,7 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
                 raise StoreError(f"{path} is not a DuckDB store; name a new file or a store built by 'rcalab etl'")
     try:
         con = duckdb.connect(str(path), read_only=read_only)
-        # Free blocks at the end are cut from the file, but every used block is in it.
-        (block, blocks), = con.execute("select block_size, used_blocks from pragma_database_size() "
-                                        "where database_name = current_database()").fetchall()
+        short = _short_of(con, con.execute("select current_database()").fetchall()[0][0], path)
     except duckdb.IOException as e:
         if "Could not set lock" in str(e):  # DuckDB names the holder: "... is held in /usr/bin/python3 (PID 12)"
             holder = re.search(r"held in (.+?) \(PID (\d+)\)", str(e))
@@ -200,10 +227,9 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
         raise damaged(path, str(e).splitlines()[0]) from None
     except duckdb.Error as e:
         raise StoreError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
-    size, needed = os.path.getsize(path), HEADER_BYTES + block * blocks
-    if blocks and size < needed:
+    if short:
         con.close()
-        raise damaged(path, f"the file has {size:,} bytes of the {needed:,} its used blocks take at least")
+        raise damaged(path, short)
     con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
     if not read_only:
         migrate(con)
@@ -215,7 +241,8 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
         raise StoreError(f"{path} was built by an older rcalab (schema {step} of {len(MIGRATIONS)}); "
                          f"bring it up to date with 'rcalab etl DUMP --db {path}'")
     try:
-        open_shards(con, path)
+        if shards:
+            open_shards(con, path)
     except StoreError:
         con.close()
         raise
@@ -255,6 +282,12 @@ def shard_dir(db: Path | str) -> Path:
     return Path(f"{db}.shards")
 
 
+def cache_dir(db: Path | str) -> Path:
+    """What reads keep beside the shards for other processes (a day's reference levels): never a shard, and never
+    needed (a read-only store's readers go without)."""
+    return shard_dir(db) / "cache"
+
+
 def attach(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str) -> None:
     """Attach a shard read-only (the path is the store's, never a dump's; quoted all the same)."""
     literal = "'" + str(path).replace("'", "''") + "'"
@@ -283,13 +316,8 @@ def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
         if alias not in current:
             con.execute(f"detach {alias}")
     for alias, (_, file) in current.items():
-        path = shard_dir(db) / file
-        if not path.is_file():
-            raise damaged(db, f"its shard {path} is missing")
-        try:
-            attach(con, path, alias)
-        except duckdb.Error as e:
-            raise damaged(db, f"its shard {path} cannot be read ({str(e).splitlines()[0]})") from None
+        if why := unreadable(con, db, alias, file):
+            raise shard_lost(db, f"its shard {shard_dir(db) / file} {why}")
     _views(con, current)
 
 

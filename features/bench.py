@@ -229,7 +229,7 @@ def cold(db: Path) -> None:
     new process's on a store never read."""
     detect.forget()
     evidence.forget()
-    for kept in store.shard_dir(db).glob("levels-*.json"):
+    for kept in store.cache_dir(db).glob("levels-*.json"):
         kept.unlink()
 
 

@@ -214,7 +214,7 @@ def _cache_file(con: duckdb.DuckDBPyConnection, name: str, w: Window, refs: list
         return None
     minutes = int((refs[0].end - refs[0].start).total_seconds() // 60)
     key = hashlib.sha1(",".join([code(), *map(str, builds)]).encode()).hexdigest()[:12]
-    return store.shard_dir(name) / f"levels-{refs[0].start:%Y-%m-%d}-{minutes}m-{key}.json"
+    return store.cache_dir(name) / f"levels-{refs[0].start:%Y-%m-%d}-{minutes}m-{key}.json"
 
 
 def _kept(con, name: str, w: Window, refs: list[Window]) -> dict[dt.datetime, float | None]:
@@ -236,6 +236,7 @@ def _keep(con, name: str, w: Window, refs: list[Window], kept: dict) -> None:
         return
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(exist_ok=True)
         tmp.write_text(json.dumps(levels))
         os.replace(tmp, path)
         for stale in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.json"):

@@ -151,9 +151,10 @@ def judged_lines(results: dict) -> list[tuple[str, bool]]:
 
 
 def loaded_lines(report, db) -> list[tuple[str, bool]]:
-    """What a night's load did: the files loaded, unchanged, skipped, failed and gone; the features computed; the
-    rows left out and the files that failed, on stderr."""
-    lines = [(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), {report.unchanged} "
+    """What a night's load did: the shards it mended, the files loaded, unchanged, skipped, failed and gone; the
+    features computed; the rows left out and the files that failed, on stderr."""
+    lines = [(f"mended: {line}", True) for line in report.mended]
+    lines += [(f"{report.format}: loaded {len(report.loaded)} files ({report.rows:,} rows), {report.unchanged} "
               f"unchanged, {report.skipped} skipped, {len(report.failed)} failed, {report.removed} gone from the dump "
               f"(rows dropped) -> {db}", False)]
     if report.feature_rows:

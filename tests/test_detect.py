@@ -79,7 +79,7 @@ def test_a_window_s_level_is_read_from_the_minutes_its_question_is_answered_from
 def test_a_day_s_reference_levels_are_ranked_once_for_every_process_of_the_same_code(replay_store, replay, tmp_path,
                                                                                         monkeypatch):
     db = copy_store(replay_store[0], tmp_path / "store.duckdb")
-    for kept in store.shard_dir(db).glob("levels-*.json"):  # what other tests of the session ranked
+    for kept in store.cache_dir(db).glob("levels-*.json"):  # what other tests of the session ranked
         kept.unlink()
     q = load_questions(replay / "input.json")[0]
     w = Window.around(q.start, q.end)
@@ -93,11 +93,11 @@ def test_a_day_s_reference_levels_are_ranked_once_for_every_process_of_the_same_
     once = len(ranked)
     detect.forget()  # as a new process
     assert detect.normal_around(con, w) == normal and len(ranked) == once  # read from beside the shards
-    kept = sorted(store.shard_dir(db).glob("levels-*.json"))
+    kept = sorted(store.cache_dir(db).glob("levels-*.json"))
     detect.forget()
     monkeypatch.setattr(detect, "code", lambda: "another version of rcalab")
     assert detect.normal_around(con, w) == normal and len(ranked) == 2 * once  # its levels ranked again
-    now = sorted(store.shard_dir(db).glob("levels-*.json"))
+    now = sorted(store.cache_dir(db).glob("levels-*.json"))
     assert len(now) == len(kept) and not set(now) & set(kept)  # in place of the other version's
 
 
