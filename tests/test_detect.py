@@ -18,6 +18,7 @@ from features.cases import Question, load_questions
 from features.detect import ABNORMAL, CLEAR, STAY, STEP, Level, alarm, as_questions, incidents, scan, span
 from features.digest import build_digest
 from features.evidence import Window
+from features.refresh import nightly
 from features.ranker import rank_window
 from rcalab.cli import cli
 
@@ -99,6 +100,9 @@ def test_a_day_s_reference_levels_are_ranked_once_for_every_process_of_the_same_
     assert detect.normal_around(con, w) == normal and len(ranked) == 2 * once  # its levels ranked again
     now = sorted(store.cache_dir(db).glob("levels-*.json"))
     assert len(now) == len(kept) and not set(now) & set(kept)  # in place of the other version's
+    con.close()
+    nightly(replay, db)  # the next night's load: the cache is no shard, and an unchanged day's levels hold
+    assert sorted(store.cache_dir(db).glob("levels-*.json")) == now
 
 
 def test_a_gap_in_collection_is_no_incident(tmp_path):
