@@ -141,6 +141,7 @@ def infra_tables(day: Day) -> dict[str, pa.Table]:
         comp = system.components[part]
         pod = topo.pods_of(part)[0]
         labels = [dict(instance=topo.node_of[pod], namespace=comp.namespace, object_type=comp.source, pod=pod)]
-        for kpi, values in kpis.items():
-            out[f"{comp.metrics_file}_{kpi}"] = _infra_table(day, kpi, values[:, None], labels)
+        for kpi, values in kpis.items():  # instances of one kind share its files, each row labelled with its pod
+            table, path = _infra_table(day, kpi, values[:, None], labels), f"{comp.metrics_file}_{kpi}"
+            out[path] = pa.concat_tables([out[path], table]) if path in out else table
     return out

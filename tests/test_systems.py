@@ -159,6 +159,17 @@ def test_anchors_and_merge_keys_that_override_stay_usable(tmp_path):
     assert system.components["db2"].port == 5433 and system.components["db"].port == 5432
 
 
+def test_every_instance_of_one_datastore_kind_keeps_its_own_metrics(tmp_path):
+    """Two PostgreSQL instances write the same exporter's files, one row per instance: each keeps its series in the
+    store (once, the last one written took the file, and the other had no metrics of its own)."""
+    shop = changed(SHOP, "components/db2", dict(SHOP["components"]["db"]))
+    shop = changed(shop, "components/orders/operations/Place/steps/1", {"call": "db2.INSERT"})
+    _, con = one_hour(tmp_path, shop, "cpu stress")
+    rows = dict(con.execute("""select service, count(*) from metric_points where metric = 'pg_up'
+                               group by all""").fetchall())
+    assert set(rows) == {"db", "db2"} and rows["db"] == rows["db2"] > 0, rows
+
+
 def test_a_described_system_reads_back_with_the_same_names(tmp_path):
     """`describe` writes what `simulate` reads: a name YAML 1.2 reads as a number (6e3) stays a name, and a name
     with a dot is called by an unambiguous reference."""
