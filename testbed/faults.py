@@ -22,6 +22,7 @@ import numpy as np
 from etl.loglines import POSITION
 from rcalab.errors import ScheduleError
 
+from .metrics import series_names
 from .system import Component, System
 from .topology import Topology
 from .workload import MINUTES, Day, LogBurst, PathBreak, derive_node_kpis, operations_per_entry_request
@@ -134,6 +135,9 @@ class Fault:
     fault_description: list = field(default_factory=list)
     window_seconds: int | None = None  # a window of fixed length, as the real ground truth gives it (pod kill: 1 s)
     target: str | None = None  # the one component a system's scenario acts on
+    # The roles of the target's own metrics its truth names where the system writes none of the names it gives (a
+    # datastore other than TiDB): a fault on a datastore's own series names them by what they are, not by TiDB's.
+    own_roles: tuple[str, ...] = ()
 
     def candidates(self, topo: Topology) -> list[Target]:
         """Every target this fault type can hit in the topology, as its system's description says."""
@@ -189,8 +193,9 @@ class Fault:
                 "{method_lower}", method.lower()).replace("{pair}", pair).replace("{entry}", topo.system.entry)
 
         held = _HELD if "link" in self.acts_on and not target.edge else ()
+        key_observations, key_metrics = self._own_series(topo, target)
         observations = []
-        for o in self.key_observations:
+        for o in key_observations:
             keywords = HTTP_WORDS.get(tuple(o["keyword"]), o["keyword"]) if http and o["type"] == "log" else o["keyword"]
             keywords = [k for k in keywords if o["type"] != "metric" or k not in held]
             observation = dict(o, keyword=[named(k) for k in keywords])
@@ -198,8 +203,26 @@ class Fault:
                 observations.append(observation)
         return dict(fault_category=self.category, fault_type=self.name, **target.truth(topo), start_time=start,
                     end_time=end, uuid=uuid, key_observations=observations,
-                    key_metrics=[named(m) for m in self.key_metrics if m not in held],
+                    key_metrics=[named(m) for m in key_metrics if m not in held],
                     fault_description=self.fault_description)
+
+    def _own_series(self, topo: Topology, target: Target) -> tuple[list, list]:
+        """The observations and key metrics of the truth: as the fault gives them, or, for a fault on the target's own
+        series (`own_roles`) where the system writes some of the names it gives and not others, those it writes after
+        the target's own series of each role, an observation a role."""
+        if not self.own_roles or not target.pods:
+            return self.key_observations, self.key_metrics
+        written = series_names(topo.system)
+        if set(self.key_metrics) <= written:
+            return self.key_observations, self.key_metrics
+        kpis = topo.component(topo.service_of[target.pods[0]]).kpis
+        roles = [[k for k, kpi in kpis.items() if role in kpi.roles] for role in self.own_roles]
+        own = [{"type": "metric", "keyword": names} for names in roles if names]
+        kept = [dict(o, keyword=[k for k in o["keyword"] if k in written]) if o["type"] == "metric" else o
+                for o in self.key_observations]
+        return own + [o for o in kept if o["keyword"]], [k for names in roles for k in names] + \
+            [m for m in self.key_metrics if m in written]
+
 
 
 # A log line that opens with its code position (`logger#line`), as the store reads one (`etl.loglines.POSITION`).
@@ -296,10 +319,10 @@ SERVICE = frozenset({"service"})
 ANY = frozenset(KINDS)
 
 
-def fault(name, category, acts_on, observations, metrics, descriptions, window_seconds=None):
+def fault(name, category, acts_on, observations, metrics, descriptions, window_seconds=None, own_roles=()):
     def register(apply):
         FAULTS[name] = Fault(name, category, frozenset(acts_on), apply, observations, metrics, descriptions,
-                             window_seconds)
+                             window_seconds, own_roles=tuple(own_roles))
         return apply
     return register
 
@@ -725,7 +748,7 @@ def code_error(day, target, sl, rng):
         {"type": "metric", "keyword": ["region_pending"]},
         {"type": "metric", "keyword": ["duration_99th", "duration_95th"]}, {"type": "metric", "keyword": ["rrt", "rrt_max"]}],
        ["io_util", "raft_apply_wait", "region_pending", "memory_usage", "cpu_usage", "qps"],
-       ["disk IO fault", "IO latency", "storage IO errors", "slow disk IO"])
+       ["disk IO fault", "IO latency", "storage IO errors", "slow disk IO"], own_roles=("io", "wait", "pending", "stall"))
 def io_fault(day, target, sl, rng):
     """A storage part's disk becomes slow: its IO is saturated and its writes and applies wait, so work backs up (a
     backlog that builds while the disk stays slow); the backlog is pending regions and write stalls, memory held

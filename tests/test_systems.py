@@ -170,6 +170,38 @@ def test_every_instance_of_one_datastore_kind_keeps_its_own_metrics(tmp_path):
     assert set(rows) == {"db", "db2"} and rows["db"] == rows["db2"] > 0, rows
 
 
+def test_every_fault_s_truth_names_metrics_its_system_writes():
+    """On every shipped system, each fault's metric observations (and a datastore fault's key metrics) are series
+    its simulated dump writes."""
+    from testbed.faults import fault_types
+    from testbed.metrics import series_names
+
+    for name in shipped_names():
+        system = load(name)
+        topo, written = Topology.build(0, system), series_names(system)
+        for kind in fault_types(system):
+            fault = get(kind, system)
+            for target in fault.candidates(topo):
+                truth = fault.truth(topo, target, "2025-06-06T00:00:00Z", "2025-06-06T00:10:00Z", "u")
+                metrics = {k for o in truth["key_observations"] if o["type"] == "metric" for k in o["keyword"]}
+                metrics |= set(truth["key_metrics"]) if fault.own_roles else set()
+                assert metrics <= written, (name, kind, target, metrics - written)
+
+
+def test_a_datastore_fault_on_a_stranger_s_database_names_its_own_series(tmp_path):
+    """An io fault on a PostgreSQL instance: its truth names the instance's own io and wait series, which the store
+    holds (once, TiDB's io_util and raft_apply_wait, on a system with no TiDB)."""
+    shop = changed(SHOP, "components/db/metrics/kpis/pg_io_busy", [0.2, 0.1, 0.5, ["io"]])
+    shop = changed(changed(shop, "components/db/metrics/kpis/pg_io_wait_ms", [2.0, 0.1, 0.5, ["wait"]]),
+                   "faults/io fault", ["database"])
+    case, con = one_hour(tmp_path, shop, "io fault")
+    assert case.truth["key_metrics"] == ["pg_io_busy", "pg_io_wait_ms"]
+    assert [o["keyword"] for o in case.truth["key_observations"] if o["type"] == "metric"][:2] == \
+        [["pg_io_busy"], ["pg_io_wait_ms"]]
+    held = {m for m, in con.execute("select distinct metric from metric_points where service = 'db'").fetchall()}
+    assert set(case.truth["key_metrics"]) <= held
+
+
 def test_a_described_system_reads_back_with_the_same_names(tmp_path):
     """`describe` writes what `simulate` reads: a name YAML 1.2 reads as a number (6e3) stays a name, and a name
     with a dot is called by an unambiguous reference."""
