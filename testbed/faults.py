@@ -676,10 +676,13 @@ def network_corrupt(day, target, sl, rng):
     """The link corrupts packets: connections are reset, calls given up, handshakes time out; retransmissions
     raise the traffic."""
     _link(day, target, sl, 120.0, 0.3, ("reset", "canceled", "dial"), 1.6, rng, traffic=0.6)
-    src, dst = target.edge
-    cache = day.topo.system.components[dst]
-    if cache.kind == "cache":  # its client times out on the corrupted replies
-        _burst(day, day.topo.pods_of(src), sl, (ERRORS["storage"][2].format(failure=cache.failure),), 2)
+    topo = day.topo
+    dst = target.edge[1] if target.edge else topo.service_of[target.pods[0]]
+    cache = topo.system.components[dst]
+    if cache.kind == "cache":  # its clients time out on the corrupted replies
+        callers = [target.edge[0]] if target.edge else topo.system.callers(dst)
+        _burst(day, [p for src in callers for p in topo.pods_of(src)], sl,
+               (ERRORS["storage"][2].format(failure=cache.failure),), 2)
 
 
 # --- misconfiguration and code ---------------------------------------------------
