@@ -17,7 +17,7 @@ from rich.text import Text
 
 from rcalab.errors import shown
 
-BENCHES = ("testbed", "etl", "scale", "store", "wide", "load", "rank", "diagnose", "detect")
+BENCHES = ("testbed", "etl", "scale", "store", "wide", "load", "rank", "systems", "diagnose", "detect")
 PAGE = Path("docs/benchmarks.md")  # each bench rewrites its own section
 
 
@@ -30,8 +30,9 @@ class Settings:
     sample: int = 2
     schedule: Path | None = None  # the challenge's phase one, replayed in HipsterShop
     real: list[Path] = field(default_factory=list)
-    random: int = 10  # cases of each fault type a system applies, drawn at random
+    random: int = 10  # cases of each fault type a system applies, drawn at random (systems: systems drawn)
     systems: list[str] = field(default_factory=list)
+    seed: int = 1  # systems: which systems are drawn
 
 
 def cell(text) -> str:
@@ -84,6 +85,27 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
     result = run(_replays(settings, settings.random), settings.real, scale=settings.scale or REPLAY_SCALE,
                  progress=progress, measure=ranked)
     return result, [rank_table(result), baselines_table(result), answers_table(result)]
+
+
+SYSTEM_CASES = 5  # bench systems: cases of every fault type a drawn system applies
+
+
+def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    """`bench rank` on systems nobody here chose: `random` descriptions drawn from the schema's space (seeds
+    1000 x SEED + k, saved beside the results), a random schedule of each, SYSTEM_CASES cases of every fault type."""
+    from features.bench import REPLAY_SCALE, ranking, run
+    from testbed.drawn import draw
+    from testbed.system import dump
+
+    folder = settings.out / "systems"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for seed in range(1000 * settings.seed, 1000 * settings.seed + settings.random):
+        paths.append(str(folder / f"drawn-{seed}.yaml"))
+        Path(paths[-1]).write_text(dump(draw(seed)))
+    replays = _replays(Settings(settings.out, systems=paths), SYSTEM_CASES)
+    result = run(replays, [], scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranking)
+    return result, [rank_table(result), baselines_table(result)]
 
 
 def _diagnose(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -172,7 +194,7 @@ def _load(settings: Settings, progress) -> tuple[dict, list[Table]]:
 
 
 MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "wide": _wide, "load": _load,
-            "rank": _rank, "diagnose": _diagnose, "detect": _detect}
+            "rank": _rank, "systems": _systems, "diagnose": _diagnose, "detect": _detect}
 
 
 def measure_table(what: str, result: dict) -> Table:

@@ -1,1 +1,3 @@
-"""A seeded simulator of HipsterShop that writes labelled dumps in the 2025 challenge layout."""
+"""A seeded simulator of any system described in a file (`systems/`: HipsterShop with TiDB, Train Ticket, the
+OpenTelemetry demo; a user's own; systems drawn at random, `drawn.py`) that writes labelled dumps in the system's
+layout or as OTLP."""
