@@ -111,7 +111,7 @@ def _service(rng, name: str, i: int, coded: bool) -> dict:
     positions = coded and rng.random() < 0.5  # lines with code positions (`Logger#line`), where code faults act
     for k in range(int(rng.integers(1, 5)) if name == "entry" else 1):  # the entry's routes
         op = f"GET /r{k}" if name == "entry" else f"Op{k}"
-        steps = [{"log": f"{name.title()}Handler#{10 + k}0 handling {{id}}" if positions else f"handling {{id}}"}]
+        steps = [{"log": f"{name.title()}Handler#{10 + k}0 handling {{id}}" if positions else "handling {id}"}]
         if positions:
             steps.append({"log": f"{name.title()}Service#{20 + k}0 checked {{id}}",
                           "else": f"{name.title()}Service#{20 + k}0 unexpected value for {{id}}", "else_level": "error"})
