@@ -22,10 +22,10 @@ import numpy as np
 from etl.loglines import POSITION
 from rcalab.errors import ScheduleError
 
-from .metrics import series_names
 from .system import Component, System
 from .topology import Topology
-from .workload import MINUTES, Day, LogBurst, PathBreak, derive_node_kpis, operations_per_entry_request
+from .workload import (MINUTES, Day, LogBurst, PathBreak, derive_node_kpis, operations_per_entry_request,
+                       series_names)
 
 # gRPC failures: kind -> (status name, status code, description). `{ip}`/`{port}` are the callee's.
 ERRORS = {

@@ -5,11 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .system import System
-from .workload import MINUTES, NODE_KPIS, POD_KPIS, Day, own_failures, requests_per_entry_request
+from .workload import APM_COUNTS, MINUTES, Day, own_failures, requests_per_entry_request
 
-APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
-APM_SERIES = (*APM_COUNTS, "rrt", "rrt_max", "error_ratio", "client_error_ratio", "server_error_ratio")
 INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
                  "object_type", "pod", "sql_type", "type")
 RETRIES = 0.3  # tries a refusing pod gets, per call it would have served (reconnect back-off)
@@ -102,11 +99,6 @@ def _infra_table(day: Day, kpi: str, values: np.ndarray, labels: list[dict]) -> 
         cols[c] = pa.array(np.tile(per_entity, len(values)))
     cols[kpi] = pa.array(np.round(values.ravel(), 6))
     return pa.table(cols)
-
-
-def series_names(system: System) -> set[str]:
-    """The name of every metric a simulated dump of `system` writes."""
-    return {*APM_SERIES, *POD_KPIS, "consumer_lag", *NODE_KPIS, *(k for c in system.components.values() for k in c.kpis)}
 
 
 def consumer_lag(day: Day) -> np.ndarray:

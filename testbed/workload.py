@@ -153,6 +153,15 @@ NODE_KPIS = {
     "node_network_transmit_packets_total": (1900.0, 0.1, 1.0),
     "node_sockstat_TCP_inuse": (180.0, 0.05, 0.5),
 }
+APM_COUNTS = ("request", "response", "error", "client_error", "server_error", "timeout")
+APM_SERIES = (*APM_COUNTS, "rrt", "rrt_max", "error_ratio", "client_error_ratio", "server_error_ratio")
+
+
+def series_names(system: System) -> set[str]:
+    """The name of every metric a simulated dump of `system` writes (`metrics.py` writes them)."""
+    return {*APM_SERIES, *POD_KPIS, "consumer_lag", *NODE_KPIS, *(k for c in system.components.values() for k in c.kpis)}
+
+
 @dataclass(frozen=True)
 class LogBurst:
     """Log lines a fault (or noise) adds: `per_minute` lines from each pod, drawn from `messages`."""

@@ -174,7 +174,7 @@ def test_every_fault_s_truth_names_metrics_its_system_writes():
     """On every shipped system, each fault's metric observations (and a datastore fault's key metrics) are series
     its simulated dump writes."""
     from testbed.faults import fault_types
-    from testbed.metrics import series_names
+    from testbed.workload import series_names
 
     for name in shipped_names():
         system = load(name)
