@@ -158,7 +158,8 @@ def svg(fig) -> str:
 def call_graph(con, digest: Digest, path: list[str], w: Window):
     """The call graph in layers, callers above what they call: every call drawn, the calls that failed or slowed
     in the window in red, the fault's path thick with its components ringed, the candidates coloured by score (None
-    where the window holds no call, path or candidate). Each call's gid is "call A -> B", a call on the path "path A -> B", a component's label "component A"."""
+    where the window holds no call, path or candidate). Each call's gid is "call A -> B", a call on the path
+    "path A -> B", a component's label "component A"."""
     import networkx as nx
 
     g = dependency_graph(con, w)

@@ -208,8 +208,8 @@ class Fault:
 
     def _own_series(self, topo: Topology, target: Target) -> tuple[list, list]:
         """The observations and key metrics of the truth: as the fault gives them, or, for a fault on the target's own
-        series (`own_roles`) where the system writes some of the names it gives and not others, those it writes after
-        the target's own series of each role, an observation a role."""
+        series (`own_roles`) where the system does not write every name it gives, the target's own series of each
+        role (an observation a role) before the names the system does write."""
         if not self.own_roles or not target.pods:
             return self.key_observations, self.key_metrics
         written = series_names(topo.system)
@@ -222,7 +222,6 @@ class Fault:
                 for o in self.key_observations]
         return own + [o for o in kept if o["keyword"]], [k for names in roles for k in names] + \
             [m for m in self.key_metrics if m in written]
-
 
 
 # A log line that opens with its code position (`logger#line`), as the store reads one (`etl.loglines.POSITION`).
@@ -622,14 +621,21 @@ _NET_LOGS = [{"type": "log", "keyword": ["Error", "while", "dialing"]}, {"type":
 _FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["{entry}"]}]
 
 
+def _links(topo: Topology, target: Target) -> list[tuple[str, str]]:
+    """The caller -> callee links a network fault degrades: its link, or every link into its service."""
+    if target.edge:
+        return [target.edge]
+    service = topo.service_of[target.pods[0]]
+    return [(caller, service) for caller in topo.system.callers(service)]
+
+
 def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str | tuple[str, ...], net_mult: float,
           rng, traffic: float) -> None:
     """A degraded caller -> callee link (or every link into a service, where a service's own network is the
     target): slower or failing calls, and fewer of them at both ends (clients wait or give up), so both ends'
     request and response counts fall, as the real key metrics say."""
     topo = day.topo
-    service = topo.service_of[target.pods[0]] if target.pods else ""
-    links = [target.edge] if target.edge else [(caller, service) for caller in topo.system.callers(service)]
+    links = _links(topo, target)
     if not target.edge:  # a service's own network: its callers wait on it (they give up no call), its bytes hold
         traffic, net_mult = 1.0, 1.0
     delay = _ramp(sl, rng, 0.8 * ms, 1.2 * ms)[:, 0]
@@ -676,13 +682,11 @@ def network_corrupt(day, target, sl, rng):
     """The link corrupts packets: connections are reset, calls given up, handshakes time out; retransmissions
     raise the traffic."""
     _link(day, target, sl, 120.0, 0.3, ("reset", "canceled", "dial"), 1.6, rng, traffic=0.6)
-    topo = day.topo
-    dst = target.edge[1] if target.edge else topo.service_of[target.pods[0]]
-    cache = topo.system.components[dst]
-    if cache.kind == "cache":  # its clients time out on the corrupted replies
-        callers = [target.edge[0]] if target.edge else topo.system.callers(dst)
-        _burst(day, [p for src in callers for p in topo.pods_of(src)], sl,
-               (ERRORS["storage"][2].format(failure=cache.failure),), 2)
+    links = _links(day.topo, target)
+    callee = day.topo.system.components[links[0][1]] if links else None
+    if callee and callee.kind == "cache":  # its clients time out on the corrupted replies
+        _burst(day, [p for src, _ in links for p in day.topo.pods_of(src)], sl,
+               (ERRORS["storage"][2].format(failure=callee.failure),), 2)
 
 
 # --- misconfiguration and code ---------------------------------------------------
