@@ -113,6 +113,11 @@ MIGRATIONS = [
                         'database, no temp_directory set), or run: rcalab sql --db STORE QUERY') end;
     """),
     ("the peer a client span calls", "alter table spans add column peer text;"),
+    ("the pod of an event path", """
+    alter table event_pair_minute add column pod text;
+    insert or ignore into dirty_days select distinct ts::date from spans;
+    insert or ignore into dirty_days select lo::date from shards where kind = 'features';
+    """),
 ]
 # A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
 # tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
@@ -142,7 +147,7 @@ DESCRIPTIONS = {
     "span_self_minute": "per service, pod and minute: spans, errors, errors that start there (no failing child), "
                         "self time (a span less its children) and span p95",
     "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
-    "event_pair_minute": "per service, operation and minute: how often event a is followed by event b in the same "
+    "event_pair_minute": "per service, operation, pod and minute: how often event a is followed by event b in the same "
                          "span (events: span start and end, a log line's code position or its template as "
                          "template:ID; in a track of their own, the calls a span made)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",

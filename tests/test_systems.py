@@ -327,6 +327,31 @@ def shop_store(tmp_path_factory):
     return db, dump, cases
 
 
+@pytest.mark.parametrize("level", ["pod", "service"])
+def test_a_code_fault_in_one_replica_is_named_as_the_pod_and_in_all_as_the_service(tmp_path, level):
+    """A wrong return whose other branch logs a line of the same shape (one template) leaves no new log line: only the
+    path of catalog's List tells. Where one of its two replicas broke and the other held, the pod is the answer;
+    where both broke, the service is."""
+    steps = [{"log": "c.Catalog#10 listing items"},
+             {"log": "c.Catalog#20 listed {id}", "else": "c.Catalog#21 listed {id}", "else_level": "info"},
+             {"call": "cache.GET"}]
+    shop = changed(changed(SHOP, "components/catalog/operations/List/steps", steps), "faults/wrong return", ["service"])
+    shop = changed(changed(shop, "components/catalog/log_style", "spring"), "components/catalog/language", "java")
+    system = load(write(tmp_path, shop))
+    topo = Topology.build(4, system)
+    kind = get("wrong return", system)
+    target = next(t for t in kind.candidates(topo) if t.level == level and topo.service_of[t.pods[0]] == "catalog")
+    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(minutes=10)
+    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
+    simulate(tmp_path / "dump", [case], topo, scale=0.05, seed=5, hours=3)
+    nightly(tmp_path / "dump", tmp_path / "shop.duckdb")
+    con = store.connect(tmp_path / "shop.duckdb", read_only=True)
+    digest = build_digest(con, load_questions(tmp_path / "dump" / "input.json")[0])
+    named = {"pod": "catalog-0", "service": "catalog"}[level]
+    assert case.truth["instance"] in (named, [named]) and digest.candidates[0].component == named, digest.text[:800]
+
+
 def test_the_requests_a_code_fault_fails_are_errors_in_the_metrics_as_in_the_spans(tmp_path):
     """A failure switch on one operation fails a share of its requests: its service's server errors and its caller's
     client errors count them, in the share that operation has of their requests (the spans already failed them)."""

@@ -26,6 +26,11 @@ as a wrong return does): the callee explains it, unless its own spans show it an
 and held, or its spans carry a status); a callee whose answers nothing shows (it logs nothing in its spans, and
 they carry no status) is the suspect, with the caller's break for evidence. A callee that a changed path now asks
 was asked because its caller changed course: it echoes that caller, and explains none.
+
+A break confined to one replica is that pod's: of two readings of the counts, one pod broke alone (its own share of
+the expected follow-up, its siblings' at the baseline's) or every replica broke alike (one share for all), the first
+is likelier. Where several replicas' drops are significant, or the siblings ran too few spans to tell, the break is
+the service's.
 """
 
 from __future__ import annotations
@@ -57,8 +62,9 @@ EXPLAINS = 0.5  # a callee whose path changed at least this share as much explai
 class Change:
     """The pair of a service's that broke the most: event `a` was followed by `b` with probability `before`,
     in the window's minutes `first` to `last` by `b` in `during` of `n` occurrences and most often instead by
-    `taken`."""
+    `taken`, with the baseline's `seen` occurrences of `a`; in one `pod` alone where the others held."""
     service: str
+    operation: str
     score: float
     a: str
     b: str
@@ -68,6 +74,8 @@ class Change:
     n: int
     first: dt.datetime
     last: dt.datetime
+    seen: int
+    pod: str | None = None
     after: Change | None = None  # the service's strongest break right after a call (the callee's answer), if strong
 
 
@@ -110,7 +118,7 @@ def changes(con, w: Window) -> dict[str, Change]:
         if seen[key] < MIN_BASELINE or not minutes[key]:
             continue
         service, _, a = key
-        change = _strongest(service, a, p, minutes[key], seen[key])
+        change = _strongest(*key, p, minutes[key], seen[key])
         if change and (service not in found or _stronger(change, found[service])):
             found[service] = change
         if change and a.startswith(CALL) and change.score > (after_call[service].score if service in after_call else 0):
@@ -132,8 +140,8 @@ def _read(c: Change) -> tuple:
     return round(c.before, 2), round(c.during, 2), c.n
 
 
-def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str, dt.datetime], int],
-               seen: int) -> Change | None:
+def _strongest(service: str, operation: str, a: str, p: dict[str, float],
+               counts: dict[tuple[str, dt.datetime], int], seen: int) -> Change | None:
     """The strongest significant drop of an expected follow-up of `a` over the window's minutes or a run of
     `MIN_RUN` or more of them. A fault may hold only part of a window (it starts or ends inside it), and the minutes
     it does not hold would water its change down; every run is tested, so the test's level is shared among them
@@ -158,7 +166,7 @@ def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str
     taken = len(follows) - 1 - drift[::-1].argmax(axis=0)  # the one that gained the most; ties to the last name
     kept = k[expected, np.arange(len(n))]
     rate = np.array([p[follows[e]] for e in expected])
-    base = (rate * seen + 1) / (seen + 2)  # rule of succession: always so far is not always
+    base = _expected(rate, seen)
     significant = np.flatnonzero((kept < n) & (binom.cdf(kept, n, base) <= ALPHA / len(n)))
     if not len(significant):
         return None
@@ -167,8 +175,39 @@ def _strongest(service: str, a: str, p: dict[str, float], counts: dict[tuple[str
     if score[top] <= 0:
         return None
     best = significant[top]
-    return Change(service, float(score[top]), a, follows[expected[best]], follows[taken[best]], float(rate[best]),
-                  float(kept[best] / n[best]), int(n[best]), times[first[best]], times[last[best]])
+    return Change(service, operation, float(score[top]), a, follows[expected[best]], follows[taken[best]],
+                  float(rate[best]), float(kept[best] / n[best]), int(n[best]), times[first[best]], times[last[best]],
+                  seen)
+
+
+def _expected(rate, seen: int):
+    """The baseline's probability of a follow-up by the rule of succession: always so far is not always."""
+    return (rate * seen + 1) / (seen + 2)
+
+
+def _confined(con, c: Change) -> Change:
+    """The break as the one pod it is confined to shows it: the only replica whose drop is significant, where its
+    breaking alone (its own share, its siblings' at the baseline's) is likelier than every replica breaking alike (one
+    share for all); the service's break where it is not, or the store tells no pods apart."""
+    counts = con.execute("""
+        select pod, coalesce(sum(pairs) filter (where b = $b), 0), sum(pairs) from event_pair_minute
+        where service = $service and coalesce(operation, '') = $operation and a = $a
+          and minute >= $first and minute <= $last group by pod""",
+                         {"service": c.service, "operation": c.operation, "a": c.a, "b": c.b, "first": c.first,
+                          "last": c.last}).fetchall()
+    if len(counts) < 2 or any(pod is None for pod, _, _ in counts):
+        return c
+    base = _expected(c.before, c.seen)
+    broke = [(pod, k, n) for pod, k, n in counts if n >= MIN_WINDOW and binom.cdf(k, n, base) <= ALPHA]
+    if len(broke) != 1:
+        return c
+    pod, k, n = broke[0]
+    k_others, n_others = (sum(x) for x in zip(*((k, n) for p, k, n in counts if p != pod)))
+    alike = (k + k_others) / (n + n_others)
+    alone = binom.logpmf(k, n, k / n) + binom.logpmf(k_others, n_others, base)
+    if alone <= binom.logpmf(k, n, alike) + binom.logpmf(k_others, n_others, alike):
+        return c
+    return replace(c, pod=pod, during=k / n, n=n)
 
 
 @cache
@@ -220,7 +259,9 @@ def collect(con, w: Window) -> list[Item]:
         late = {it.component for it in trouble
                 if it.signal == "link" and c.service in calls and calls.has_edge(it.component, c.service)
                 and (it.share == 1.0 or it.peer == c.service) and it.blame >= EXPLAINS * c.score}
-        text = f"events of {c.service}: {_told(c, names)}"
+        shown = _confined(con, c)
+        text = f"events of {shown.pod} ({c.service}'s other pods held)" if shown.pod else f"events of {c.service}"
+        text += f": {_told(shown, names)}"
         if below:
             text += f"; its callees {', '.join(sorted(below))} changed too (slower, failing or on other paths)"
         if after:
@@ -229,7 +270,7 @@ def collect(con, w: Window) -> list[Item]:
             text += f"; calls from {', '.join(sorted(late))} came over a slow link"
         if asked:
             text += f"; its callers {', '.join(sorted(asked))} changed their paths too (it was asked otherwise)"
-        items.append(Item(c.service, "event", c.score, _key(c, names), text, "path",
+        items.append(Item(shown.pod or c.service, "event", c.score, _key(c, names), text, "path",
                           echo=bool(below or after or late or asked), logged=_logged(c)))
         if after and after not in changed and after not in troubled:  # its answers are not seen: its callers' are
             items.append(Item(after, "event", c.score, _key(c.after, names),
