@@ -30,10 +30,12 @@ DATASTORES = {
 }
 
 
-def draw(seed: int) -> dict:
-    """A random system's description, as its YAML file holds it; the same seed, the same description."""
+def draw(seed: int, size: int | None = None) -> dict:
+    """A random system's description, as its YAML file holds it; the same seed, the same description. `size`: how
+    many components (drawn from 5 to 60 where not given)."""
     rng = np.random.default_rng([seed, 71])
     total = int(rng.integers(5, 61))
+    total = size or total
     stores = _datastores(rng, max(1, total // 5))
     brokers = {f"bus{i}": {"kind": "broker", "replicas": 1, "own_ms": 0.5, "port": 9092, "client_spans": True,
                            "topics": [f"events{i}"], "failure": "broker unreachable", "operations": {}}

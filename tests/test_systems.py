@@ -4,10 +4,12 @@ consumer's trouble or the producer's, whichever holds; Train Ticket's calls are 
 
 import datetime as dt
 import json
+from collections import Counter
 from pathlib import Path
 
 import duckdb
 import numpy as np
+import polars as pl
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -22,7 +24,7 @@ from rcalab.cli import cli
 from rcalab.errors import DescriptionError
 from testbed.faults import FAULTS, Target, busiest_site, code_site, get
 from testbed.metrics import apm_tables
-from testbed.schedule import Case, format_time
+from testbed.schedule import Case, format_time, random_cases
 from testbed.simulate import simulate
 from testbed.system import load, shipped_names
 from testbed.topology import Topology
@@ -439,6 +441,26 @@ def test_every_drawn_description_passes_the_schema_and_the_checks(tmp_path):
     assert seen["kinds"] == {"service", "database", "cache", "storage", "coordinator", "broker"}
     assert several > 50 and consumed_twice > 20 and 50 < positions < 150 and deep > 20, (several, consumed_twice,
                                                                                          positions, deep)
+
+
+def test_a_system_of_500_components_with_dozens_of_one_datastore_kind_simulates(tmp_path):
+    """Past the drawn sizes: 500 components, among them a hundred datastores of two kinds, simulate an hour, and every
+    instance of a kind keeps its own rows in the kind's files."""
+    from testbed.drawn import draw
+    from testbed.system import dump
+
+    path = tmp_path / "big.yaml"
+    path.write_text(dump(draw(1, size=500)))
+    system = load(path)
+    topo = Topology.build(4, system)
+    simulate(tmp_path / "dump", random_cases(1, topo, seed=4), topo, scale=0.002, seed=4, hours=1)
+    kinds = Counter(c.source for c in system.components.values() if c.source)
+    assert len(system.components) == 500 and min(kinds.values()) >= 10, kinds
+    for kind in kinds:
+        comp = next(c for c in system.components.values() if c.source == kind)
+        kpi = next(iter(comp.kpis))
+        rows = pl.read_parquet(next((tmp_path / "dump").glob(f"*/metric-parquet/{comp.metrics_file}_{kpi}_*.parquet")))
+        assert set(rows["pod"]) == {topo.pods_of(n)[0] for n, c in system.components.items() if c.source == kind}
 
 
 def _depth(system, component: str, known: dict | None = None) -> int:
