@@ -31,7 +31,7 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> dict:
     """A description (as the YAML file holds it) of the system whose telemetry the store holds."""
     spans = con.execute("""
         select s.trace_id, s.span_id, s.parent_span_id, s.service, s.operation, s.pod, s.ts, s.duration_us,
-               p.service, p.operation
+               s.kind, s.peer, p.service, p.operation
         from spans s left join spans p on p.trace_id = s.trace_id and p.span_id = s.parent_span_id""").fetchall()
     lines: dict[tuple, list] = defaultdict(list)
     said: dict[tuple, Counter] = defaultdict(Counter)  # (service, position) -> (level, words) written there
@@ -40,17 +40,25 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> dict:
             where trace_id is not null and event is not null""").fetchall():
         lines[trace, span].append((ts, "log", event))
         said[service, event][(level or "INFO").upper(), _words(message, event)] += 1
+    traced = {s[3] for s in spans}
     entries, own, kids = {}, {}, defaultdict(list)
-    topics: set[str] = set()
-    for trace, span, parent, service, op, pod, ts, dur, p_service, p_op in spans:
+    rpc: dict[str, str] = {}  # a service called by gRPC -> its gRPC service name
+    http: set[str] = set()  # the services called over HTTP
+    brokers: dict[str, set[str]] = defaultdict(set)  # a broker -> its topics
+    for trace, span, parent, service, op, pod, ts, dur, kind, peer, p_service, p_op in spans:
         kids[trace, parent].append((trace, span))
-        own[trace, span] = (service, op, ts, dur or 0)
+        own[trace, span] = (service, op, ts, dur or 0, kind, peer)
         if p_service != service:  # a call into the service, a message it takes, or a request from outside
-            verb = p_op.removeprefix("HTTP ") + " " if p_op and p_op.startswith("HTTP ") else ""
             taken = TAKEN.match(op) if p_op and SENT.search(p_op) else None
             if taken:
-                topics.add(taken[1])
-            entries[trace, span] = (service, op if taken else f"{verb}{op}", ts, dur or 0, taken and taken[1])
+                brokers[peer or BROKER].add(taken[1])
+            elif p_op and p_op.startswith("HTTP "):
+                http.add(service)
+                op = _http(p_op, op)
+            elif p_op == op and "/" in op.strip("/"):  # gRPC's `package.Service/Method` on both sides
+                rpc[service], op = op.rsplit("/", 1)
+            entries[trace, span] = (service, op, ts, dur or 0, taken and (peer or BROKER, taken[1]))
+    stores: dict[str, set[str]] = defaultdict(set)  # a datastore the traces show no span of -> the commands it takes
     runs: dict[tuple, list] = defaultdict(list)  # (service, operation) -> (its steps in order, its own time)
     for key, (service, op, _, dur, _) in entries.items():
         steps, called, stack = [], 0, [key]
@@ -60,15 +68,26 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> dict:
             for child in kids.get(here, []):
                 if child in entries:
                     c_service, c_op, c_ts, c_dur, topic = entries[child]
-                    steps.append((c_ts, "publish", (BROKER, topic)) if topic else (c_ts, "call", (c_service, c_op)))
-                    called += 0 if topic else c_dur
+                    if not topic:
+                        steps.append((c_ts, "call", (c_service, c_op)))
+                        called += c_dur
                 elif own[child][0] == service:
-                    c_op, c_ts = own[child][1], own[child][2]
-                    if SQL.match(c_op):
+                    _, c_op, c_ts, _, c_kind, peer = own[child]
+                    if c_kind == "producer":  # one message sent, whichever consumers take it
+                        topic = next((entries[k][4] for k in kids.get(child, []) if k in entries and entries[k][4]),
+                                     (peer or BROKER, c_op.rsplit(" ", 1)[0]))
+                        brokers[topic[0]].add(topic[1])
+                        steps.append((c_ts, "publish", topic))
+                    elif peer and peer not in traced:  # a datastore its client traces the call to
+                        stores[peer].add(c_op)
+                        steps.append((c_ts, "call", (peer, c_op)))
+                    elif SQL.match(c_op):
                         steps.append((c_ts, "call", (DATABASE, c_op.split()[0])))
                     stack.append(child)
         runs[service, op].append(([s[1:] for s in sorted(steps, key=lambda s: s[0])], max(0, dur - called)))
-    entry = Counter(s[3] for s in spans if s[2] is None).most_common(1)[0][0]
+    roots = Counter((s[3], s[4]) for s in spans if s[2] is None)
+    entry = Counter(service for service, _ in roots.elements()).most_common(1)[0][0]
+    routed = len({op for service, op in roots if service == entry}) > 1  # its requests name their routes
     pods = defaultdict(set)
     for s in spans:
         pods[s[3]].add(s[5])
@@ -76,26 +95,34 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> dict:
     mix: Counter = Counter()
     for (service, op), done in sorted(runs.items()):
         comp = components.setdefault(service, {"kind": "service", "replicas": len(pods[service]), "operations": {}})
-        if service == entry:  # the entry's requests, told apart by the first call they make
+        if service == entry and not routed:  # the entry's requests, told apart by the first call they make
             for steps, own in done:
                 route = next((what[1] for kind, what in steps if kind == "call"), op)
                 mix[route] += 1
                 comp["operations"].setdefault(route, []).append((steps, own))
         else:
             comp["operations"][op] = done
+            if service == entry:
+                mix[op] += len(done)
     for service, comp in components.items():
         times = sorted(us for done in comp["operations"].values() for _, us in done)
         comp["operations"] = {op: _operation(done, service, said) for op, done in comp["operations"].items()}
         comp["own_ms"] = round(times[len(times) // 2] / 1000, 2) if times and times[len(times) // 2] else 1.0
-        taken = {op: entries_topic for (svc, op), entries_topic in _consumed(entries).items() if svc == service}
-        for op, topic in taken.items():
-            comp["operations"][op]["consumes"] = f"{BROKER}.{topic}"
+        for (svc, op), (broker, topic) in _consumed(entries).items():
+            if svc == service:
+                comp["operations"][op]["consumes"] = f"{broker}.{topic}"
+        if service in http:
+            comp["protocol"] = "http"
+        elif service in rpc:  # the port is not in the spans: gRPC's usual one
+            comp["rpc"] = {"service": rpc[service], "port": 50051}
     verbs = sorted({what[1] for done in runs.values() for steps, _ in done for kind, what in steps
                     if kind == "call" and what[0] == DATABASE})
     if verbs:  # the database the services query, which writes no span of its own
-        components[DATABASE] = {"kind": "database", "client_spans": True, "operations": {v: {} for v in verbs}}
-    if topics:
-        components[BROKER] = {"kind": "broker", "topics": sorted(topics)}
+        stores[DATABASE] |= set(verbs)
+    for store, commands in sorted(stores.items()):  # what the traces cannot tell (a cache, a store) is left to say
+        components[store] = {"kind": "database", "client_spans": True, "operations": {c: {} for c in sorted(commands)}}
+    for broker, topics in sorted(brokers.items()):
+        components[broker] = {"kind": "broker", "topics": sorted(topics)}
     total = sum(mix.values())
     shares = {route: round(n / total, 4) for route, n in mix.most_common()}
     first = next(iter(shares))
@@ -108,8 +135,15 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> dict:
             "components": components, "faults": {}}
 
 
-def _consumed(entries: dict) -> dict[tuple[str, str], str]:
-    """(service, operation) -> the topic it takes its messages from."""
+def _http(called: str, op: str) -> str:
+    """An operation called over HTTP as a description names it: the client span's verb and the server span's route
+    (`GET /cart`); a name that is no route alone, as a GET of it is simulated."""
+    verb = called.removeprefix("HTTP ")
+    return op if verb == "GET" and not op.startswith("/") else f"{verb} {op}"
+
+
+def _consumed(entries: dict) -> dict[tuple[str, str], tuple[str, str]]:
+    """(service, operation) -> the broker and topic it takes its messages from."""
     return {(service, op): topic for service, op, _, _, topic in entries.values() if topic}
 
 

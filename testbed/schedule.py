@@ -86,6 +86,10 @@ def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
     """`n` cases an hour apart, cycling through every fault type in a seeded order."""
     rng = np.random.default_rng([seed, 3])
     names = list(rng.permutation(faults.fault_types(topo.system)))
+    if n and not names:
+        where = topo.system.path or topo.system.name
+        raise ScheduleError(f"{where}: no fault applies to this system (its `faults` are empty): name the faults that "
+                            "apply (docs/formats.md)")
     cases = []
     for i in range(n):
         fault = faults.get(names[i % len(names)], topo.system)

@@ -225,6 +225,42 @@ def test_a_described_system_reads_back_with_the_same_names(tmp_path):
         load(path)
 
 
+def test_a_drawn_system_s_description_reads_back_from_its_own_telemetry(tmp_path):
+    """`rcalab describe` of a drawn system's simulated store gives back its services, their operations (gRPC's
+    `package.Service/Method` and HTTP's routes as the description names them) and its calls: into services, into
+    datastores its clients trace (by the peer they name), and a message published once to a topic two consumers
+    take."""
+    from testbed.drawn import draw
+    from testbed.system import dump
+
+    path = tmp_path / "drawn.yaml"
+    path.write_text(dump(draw(3)))
+    system = load(path)
+    topo = Topology.build(4, system)
+    simulate(tmp_path / "dump", random_cases(1, topo, seed=4), topo, scale=0.05, seed=4, hours=1)
+    run_etl(tmp_path / "dump", tmp_path / "drawn.duckdb")
+    result = CliRunner().invoke(cli, ["describe", "--db", str(tmp_path / "drawn.duckdb"), "--name", "back"])
+    assert result.exit_code == 0, result.output
+    back = load(write(tmp_path, yaml.safe_load(result.output), "back.yaml"))
+
+    def operations(s):
+        return {(name, op) for name, c in s.components.items() if c.traced for op in c.operations}
+
+    assert {n for n, c in back.components.items() if c.traced} == {n for n, c in system.components.items() if c.traced}
+    assert operations(back) == operations(system)
+    assert set(back.calls()) == set(system.calls())
+    assert any(len(system.consumers(b, t)) == 2 for b, c in system.components.items() for t in c.topics)
+
+
+def test_a_system_no_fault_applies_to_is_one_line_at_simulate(tmp_path):
+    """A description as `describe` drafts it names no faults yet: simulating cases of it says so, not a crash."""
+    path = write(tmp_path, changed(SHOP, "faults", {}))
+    result = CliRunner().invoke(cli, ["simulate", str(tmp_path / "out"), "--system", str(path), "--cases", "1"])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == (
+        f"Error: {path}: no fault applies to this system (its `faults` are empty): name the faults that apply "
+        "(docs/formats.md)"), result.output
+
+
 def test_every_shipped_system_loads_and_names_what_it_simulates():
     assert {"hipstershop", "trainticket", "otel-demo"} <= set(shipped_names())
     for name in shipped_names():
