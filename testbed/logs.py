@@ -12,7 +12,8 @@ import json
 import numpy as np
 import polars as pl
 
-from .faults import OPENING, failure_line
+from .failures import failure_line
+from .faults import OPENING
 from .system import System
 from .topology import Topology
 from .traces import BREAKS, KINDS, Hour

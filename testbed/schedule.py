@@ -47,7 +47,9 @@ def format_time(ts: dt.datetime) -> str:
 
 
 def load_schedule(path: Path, topo: Topology, limit: int | None = None) -> list[Case]:
-    """Cases of a ground-truth JSONL file, keeping each row as it is; errors name the line."""
+    """Cases of a ground-truth JSONL file, keeping each row as it is; errors name the line (and the description's
+    field where a fault it applies cannot act on what it names)."""
+    faults.check(topo.system)
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as e:
@@ -84,6 +86,7 @@ def load_schedule(path: Path, topo: Topology, limit: int | None = None) -> list[
 
 def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
     """`n` cases an hour apart, cycling through every fault type in a seeded order."""
+    faults.check(topo.system)
     rng = np.random.default_rng([seed, 3])
     names = list(rng.permutation(faults.fault_types(topo.system)))
     if n and not names:

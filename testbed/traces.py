@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .faults import ERRORS, TRANSIENT, status_text
+from .failures import ERRORS, TRANSIENT, status_text
 from .topology import Topology
 from .workload import BASE_ERR, FAILING, MINUTES, Day, flows
 

@@ -134,7 +134,7 @@ def test_a_network_fault_on_a_whole_service_names_no_count_or_byte_of_its_own():
 def test_a_truth_names_the_systems_entry_and_its_clients_words():
     """A Train Ticket truth names its own entry, not HipsterShop's frontend, and a failed HTTP call by the words
     its callers' lines carry (Spring's 'Read timed out'), not gRPC's status names."""
-    from testbed.faults import HTTP_ERRORS, HTTP_WORDS, failure_line
+    from testbed.failures import HTTP_ERRORS, HTTP_WORDS, failure_line
 
     system = load("trainticket")
     topo = Topology.build(4, system)
