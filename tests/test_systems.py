@@ -299,15 +299,28 @@ def test_a_code_site_starts_at_a_line_its_operation_logs_once(tmp_path):
     assert code_site(system.components["orders"], "exception")[2] == "o.Orders#10_o.Orders#20"
 
 
+def ten_minutes(topo, kind, target) -> Case:
+    """A case of ten minutes of `kind` on `target` from 02:10 of the simulated day."""
+    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
+    end = start + dt.timedelta(minutes=10)
+    return Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
+
+
+def answered(tmp_path, case, topo, scale: float, seed: int):
+    """The digest of `case`, simulated with the hours before it (its baseline), and loaded."""
+    simulate(tmp_path / "dump", [case], topo, scale=scale, seed=seed, hours=3)
+    nightly(tmp_path / "dump", tmp_path / "case.duckdb")
+    con = store.connect(tmp_path / "case.duckdb", read_only=True)
+    return build_digest(con, load_questions(tmp_path / "dump" / "input.json")[0])
+
+
 def one_hour(tmp_path, description, fault: str):
     """An hour of the described system with a ten-minute `fault` on its first service that can have it, loaded."""
     system = load(write(tmp_path, description))
     topo = Topology.build(4, system)
     kind = get(fault, system)
     target = next(t for t in kind.candidates(topo) if t.level == "service")
-    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
-    end = start + dt.timedelta(minutes=10)
-    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
+    case = ten_minutes(topo, kind, target)
     simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
     run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
     return case, store.connect(tmp_path / "shop.duckdb", read_only=True)
@@ -379,13 +392,8 @@ def test_a_code_fault_in_one_replica_is_named_as_the_pod_and_in_all_as_the_servi
     topo = Topology.build(4, system)
     kind = get("wrong return", system)
     target = next(t for t in kind.candidates(topo) if t.level == level and topo.service_of[t.pods[0]] == "catalog")
-    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
-    end = start + dt.timedelta(minutes=10)
-    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
-    simulate(tmp_path / "dump", [case], topo, scale=0.05, seed=5, hours=3)
-    nightly(tmp_path / "dump", tmp_path / "shop.duckdb")
-    con = store.connect(tmp_path / "shop.duckdb", read_only=True)
-    digest = build_digest(con, load_questions(tmp_path / "dump" / "input.json")[0])
+    case = ten_minutes(topo, kind, target)
+    digest = answered(tmp_path, case, topo, scale=0.05, seed=5)
     named = {"pod": "catalog-0", "service": "catalog"}[level]
     assert case.truth["instance"] in (named, [named]) and digest.candidates[0].component == named, digest.text[:800]
 
@@ -516,13 +524,8 @@ def test_a_drawn_system_simulates_loads_and_ranks(tmp_path):
     kind = get("pod failure", system)
     target = next(t for t in kind.candidates(topo) if t.level == "service" and system.components[
         topo.service_of[t.pods[0]]].kind == "service")
-    start = dt.datetime(2025, 6, 6, 2, 10, tzinfo=dt.timezone.utc)
-    end = start + dt.timedelta(minutes=10)
-    case = Case("x-0", kind, target, start, end, kind.truth(topo, target, format_time(start), format_time(end), "x-0"))
-    simulate(tmp_path / "dump", [case], topo, scale=0.1, seed=4, hours=3)
-    nightly(tmp_path / "dump", tmp_path / "drawn.duckdb")
-    con = store.connect(tmp_path / "drawn.duckdb", read_only=True)
-    digest = build_digest(con, load_questions(tmp_path / "dump" / "input.json")[0])
+    case = ten_minutes(topo, kind, target)
+    digest = answered(tmp_path, case, topo, scale=0.1, seed=4)
     assert digest.candidates and digest.candidates[0].component == case.truth["service"], digest.text[:600]
 
 
