@@ -29,8 +29,8 @@ was asked because its caller changed course: it echoes that caller, and explains
 
 A break confined to one replica is that pod's: of two readings of the counts, one pod broke alone (its own share of
 the expected follow-up, its siblings' at the baseline's) or every replica broke alike (one share for all), the first
-is likelier. Where several replicas' drops are significant, or the siblings ran too few spans to tell, the break is
-the service's.
+is likelier. Where several replicas' drops are significant, or the second reading is as likely (siblings that ran
+none of the operation say nothing), the break is the service's.
 """
 
 from __future__ import annotations
