@@ -104,11 +104,12 @@ def describe(con: duckdb.DuckDBPyConnection, name: str) -> dict:
             comp["operations"][op] = done
             if service == entry:
                 mix[op] += len(done)
+    consumed = _consumed(entries)
     for service, comp in components.items():
         times = sorted(us for done in comp["operations"].values() for _, us in done)
         comp["operations"] = {op: _operation(done, service, said) for op, done in comp["operations"].items()}
         comp["own_ms"] = round(times[len(times) // 2] / 1000, 2) if times and times[len(times) // 2] else 1.0
-        for (svc, op), (broker, topic) in _consumed(entries).items():
+        for (svc, op), (broker, topic) in consumed.items():
             if svc == service:
                 comp["operations"][op]["consumes"] = f"{broker}.{topic}"
         if service in http:
