@@ -274,8 +274,8 @@ def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[st
         con.execute("delete from shards where build = ?", [old[0]])
     out = Path(result.out)
     if result.files:
-        con.execute("insert into shards values (?, 'load', ?, ?, ?, ?, false)",
-                    [int(out.suffixes[-2][1:]), key, out.name, result.lo, result.hi])
+        con.execute("insert into shards values (?, 'load', ?, ?, ?, ?, false, ?)",
+                    [int(out.suffixes[-2][1:]), key, out.name, result.lo, result.hi, len(store.MIGRATIONS)])
     for lo, hi in ((old[2], old[3]) if old else (None, None), (result.lo, result.hi)):
         if lo is not None:
             con.execute("insert or ignore into dirty_days select unnest(range(?::date, ?::date + 1, interval 1 day))",
@@ -350,7 +350,7 @@ def _copied(con, src: Source) -> Loaded:
 
 def _copy(con, fid: int) -> int:
     return sum(con.execute(f"insert into {table} by name select * from previous.{table} where file_id = ?",
-                           [fid]).fetchall()[0][0] for table in TABLES.values())
+                           [fid]).fetchall()[0][0] for tables in TABLES.values() for table in tables)
 
 
 def _loaded(con, adapter, src: Source, previous: str | None) -> Loaded:
@@ -413,11 +413,13 @@ def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
     out, and what the manifest says of it."""
     if src.kind == "unreadable":  # the adapter could not read it to tell what it holds
         raise LoadError(src.reason)
-    table = TABLES[src.kind]
+    table = TABLES[src.kind][0]
     path = Path(src.path)
     query = adapter.query(con, InputFile(path, src.kind, src.reason))
     select, params, fid = query.sql, query.params, src.file_id
     left_out: list[str] = []
+    for name, frame in query.frames.items():
+        con.register(name, frame)
     con.execute("begin")
     if src.kind == "log":  # lines repeat: each distinct text is masked once; templates are mined in the catalog
         con.execute(f"create or replace temp table staged as {select}", params)
@@ -437,8 +439,10 @@ def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
         con.execute(f"insert into {table} by name select *, {fid} as file_id from ({select}) "
                     f"where not coalesce({' or '.join(reasons.values())}, false)", params)
     else:
-        con.execute(f"insert into {table} by name select *, {fid} as file_id from ({select})", params)
-    rows = con.execute(f"select count(*) from {table} where file_id = ?", [fid]).fetchall()[0][0]
+        for each, sql in (select if isinstance(select, dict) else {table: select}).items():
+            con.execute(f"insert into {each} by name select *, {fid} as file_id from ({sql})", params)
+    rows = sum(con.execute(f"select count(*) from {each} where file_id = ?", [fid]).fetchall()[0][0]
+               for each in TABLES[src.kind])
     if src.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
         (untimed, outside, example), = con.execute(
             f"""select count(*) - count(ts), count(*) filter (where ts::date not between ? and ?),
@@ -449,7 +453,7 @@ def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
         if outside:
             raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
     said = [f"left out {', '.join(left_out)}; the rest loaded" if left_out else "",
-            _rejected(con, path) if query.rejects else ""]
+            _rejected(con, path) if query.rejects else "", *query.notes]
     con.execute("commit")
     return rows, bool(left_out), "; ".join(filter(None, said))
 

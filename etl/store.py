@@ -118,12 +118,32 @@ MIGRATIONS = [
     insert or ignore into dirty_days select distinct ts::date from spans;
     insert or ignore into dirty_days select lo::date from shards where kind = 'features';
     """),
+    ("Kubernetes objects and events", """
+    create table k8s_objects (snapshot text, kind text, namespace text, name text, owner text, labels json,
+        spec json, status json, file_id integer);
+    create table k8s_events (snapshot text, namespace text, object_kind text, object_name text, type text,
+        reason text, message text, count integer, first_seen timestamp, last_seen timestamp, age_s double,
+        file_id integer);
+    alter table shards add column step integer;
+    """),
 ]
 # A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
 # tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
-LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement")  # in `load-*` shards
+LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement", "k8s_objects",
+          "k8s_events")  # in `load-*` shards
 FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
             "span_self_minute", "event_pair_minute")  # in `features-*` shards
+
+# The migration step that created each table: a shard built before it (its `step` in `shards`; null before steps
+# were kept) does not hold the table, and is left out of the table's views.
+ADDED = {table: step for step, (_, sql) in enumerate(MIGRATIONS, 1) for table in re.findall(r"create table (\w+)", sql)}
+KEPT = next(step for step, (name, _) in enumerate(MIGRATIONS, 1) if name == "Kubernetes objects and events")
+
+
+def holds(table: str, step: int | None) -> bool:
+    """Whether a shard built at schema `step` holds `table`."""
+    return (KEPT - 1 if step is None else step) >= ADDED[table]
+
 
 # One line per table for `rcalab schema`.
 DESCRIPTIONS = {
@@ -150,10 +170,17 @@ DESCRIPTIONS = {
     "event_pair_minute": "per service, operation, pod and minute: how often event a is followed by event b in the same "
                          "span (events: span start and end, a log line's code position or its template as "
                          "template:ID; in a track of their own, the calls a span made)",
+    "k8s_objects": "Kubernetes objects as a cluster's state shows them: kind, namespace, name, owner (kind/name), labels, "
+                   "spec and status in Kubernetes' own JSON (a text snapshot's fields where kubectl describe prints "
+                   "them, its whole layout under status.describe); snapshot names a frozen cluster's state (a case "
+                   "folder), null for a live cluster's exports",
+    "k8s_events": "Kubernetes events: the object involved, type, reason, message, count, first and last time where "
+                  "known (age_s: seconds before the snapshot where only that is known)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",
     "shards": "the day shards beside the catalog: each build's kind (load: a day of the dump; features: a UTC day), "
+              "the schema step it was built at (step), "
               "its key, file and time span, and whether its log lines were mined",
 }
 
@@ -300,17 +327,18 @@ def attach(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str) -> None
 
 
 def _listed(con: duckdb.DuckDBPyConnection, lo: dt.datetime | None = None, hi: dt.datetime | None = None
-            ) -> dict[str, tuple[str, str]]:
-    """The catalog's shards by alias: their kind and file name; those that hold rows between `lo` and `hi`, where
-    given."""
+            ) -> dict[str, tuple[str, str, int | None]]:
+    """The catalog's shards by alias: their kind, file name and schema step; those that hold rows between `lo` and
+    `hi`, where given."""
     within = "" if lo is None else "where hi >= ? and lo <= ?"
-    return {f"shard_{build}": (kind, file) for build, kind, file in con.execute(
-        f"select build, kind, file from shards {within} order by kind, key", [] if lo is None else [lo, hi]).fetchall()}
+    return {f"shard_{build}": (kind, file, step) for build, kind, file, step in con.execute(
+        f"select build, kind, file, step from shards {within} order by kind, key",
+        [] if lo is None else [lo, hi]).fetchall()}
 
 
-def _views(con: duckdb.DuckDBPyConnection, listed: dict[str, tuple[str, str]]) -> None:
-    shard_views(con, [a for a, (kind, _) in listed.items() if kind == "load"],
-                [a for a, (kind, _) in listed.items() if kind == "features"])
+def _views(con: duckdb.DuckDBPyConnection, listed: dict[str, tuple[str, str, int | None]]) -> None:
+    shard_views(con, {a: step for a, (kind, _, step) in listed.items() if kind == "load"},
+                {a: step for a, (kind, _, step) in listed.items() if kind == "features"})
 
 
 def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
@@ -320,7 +348,7 @@ def open_shards(con: duckdb.DuckDBPyConnection, db: Path | str) -> None:
                               "escape '\\'").fetchall():
         if alias not in current:
             con.execute(f"detach {alias}")
-    for alias, (_, file) in current.items():
+    for alias, (_, file, _) in current.items():
         if why := unreadable(con, db, alias, file):
             raise shard_lost(db, f"its shard {shard_dir(db) / file} {why}")
     _views(con, current)
@@ -380,12 +408,15 @@ def focus(con: duckdb.DuckDBPyConnection, lo: dt.datetime, hi: dt.datetime) -> N
     _views(con, _listed(con, lo, hi))
 
 
-def shard_views(con: duckdb.DuckDBPyConnection, loads: list[str], features: list[str]) -> None:
+def shard_views(con: duckdb.DuckDBPyConnection, loads: dict[str, int | None], features: dict[str, int | None]
+                ) -> None:
     """Temporary views that name each table as the union of the attached shards' (`loads` hold the canonical
-    tables, `features` the feature tables); a table no shard holds keeps its own."""
-    for tables, aliases in ((LOADED, loads), (FEATURES, features)):
+    tables, `features` the feature tables; each alias with the schema step it was built at); a table no shard holds
+    keeps its own."""
+    for tables, steps in ((LOADED, loads), (FEATURES, features)):
         for table in tables:
             con.execute(f"drop view if exists temp.{table}")
+            aliases = [alias for alias, step in steps.items() if holds(table, step)]
             if aliases:
                 # a shard built before a column was added reads it null
                 union = " union all by name ".join(f"select * from {a}.{table}" for a in aliases)
@@ -410,11 +441,12 @@ def publish(con: duckdb.DuckDBPyConnection) -> None:
     DuckDB client (`shard_path`); a kind no shard holds keeps (or gets back) a table of its own. Called in the
     transaction that changes the list."""
     views, own = _views_of(con), _own(con)
-    files: dict[str, list[str]] = {"load": [], "features": []}
-    for kind, file in con.execute("select kind, file from shards order by kind, key").fetchall():
-        files[kind].append(file)
-    for tables, listed in ((LOADED, files["load"]), (FEATURES, files["features"])):
+    files: dict[str, list[tuple[str, int | None]]] = {"load": [], "features": []}
+    for kind, file, step in con.execute("select kind, file, step from shards order by kind, key").fetchall():
+        files[kind].append((file, step))
+    for tables, shards in ((LOADED, files["load"]), (FEATURES, files["features"])):
         for table in tables:
+            listed = [file for file, step in shards if holds(table, step)]
             if listed:
                 paths = ", ".join(f"shard_path({_literal(f)})" for f in listed)
                 rows = f"select * from read_duckdb([{paths}], table_name := '{table}', union_by_name := true)"

@@ -44,7 +44,7 @@ class FeatureDay:
     """The task of one UTC day's features: the load shards that hold its rows (and those within an hour of it),
     the templates of their masked log lines, and the shard it writes."""
     day: dt.date
-    loads: tuple[str, ...]
+    loads: tuple[tuple[str, int | None], ...]  # each shard's file and the schema step it was built at
     masked: pa.Table
     out: str
 
@@ -57,7 +57,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
         return
     started = time.perf_counter()
     folder = store.shard_dir(db)
-    loads = con.execute("select file, lo, hi from shards where kind = 'load' and lo is not null").fetchall()
+    loads = con.execute("select file, lo, hi, step from shards where kind = 'load' and lo is not null").fetchall()
     old = dict(con.execute("select key, build from shards where kind = 'features'").fetchall())
     masked = con.sql("select masked, template_id from log_masked").to_arrow_table()
     build = store.next_build(con)
@@ -65,7 +65,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
     for day in days:
         lo = dt.datetime.combine(day, dt.time()) - store.REACH
         hi = lo + dt.timedelta(days=1) + 2 * store.REACH
-        reads = tuple(str(folder / file) for file, first, last in loads if first < hi and last >= lo)
+        reads = tuple((str(folder / file), step) for file, first, last, step in loads if first < hi and last >= lo)
         if reads:
             todo.append(FeatureDay(day, reads, masked, str(folder / f"features-{day}.{build + len(todo)}.duckdb")))
         else:
@@ -100,8 +100,9 @@ def _switch(con, db: Path, day: dt.date, out: str | None, old: int | None) -> No
         con.execute("delete from shards where build = ?", [old])
     if out:
         name = Path(out).name
-        con.execute("insert into shards values (?, 'features', ?, ?, ?, ?, null)",
-                    [int(Path(out).suffixes[-2][1:]), str(day), name, day, day + dt.timedelta(days=1)])
+        con.execute("insert into shards values (?, 'features', ?, ?, ?, ?, null, ?)",
+                    [int(Path(out).suffixes[-2][1:]), str(day), name, day, day + dt.timedelta(days=1),
+                     len(store.MIGRATIONS)])
     con.execute("delete from dirty_days where day = ?", [day])
     store.publish(con)
     con.execute("commit")
@@ -113,11 +114,12 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
     """A day's features task: the rows each table holds for the day, or why the refresh failed."""
     try:
         with store.write_shard(Path(task.out)) as con:
-            aliases = [f"load_{i}" for i in range(len(task.loads))]
-            for alias, path in zip(aliases, task.loads):
-                store.attach(con, path, alias)
+            aliases = {}
+            for i, (path, step) in enumerate(task.loads):
+                store.attach(con, path, f"load_{i}")
+                aliases[f"load_{i}"] = step
             con.register("log_masked", task.masked)
-            store.shard_views(con, aliases, [])
+            store.shard_views(con, aliases, {})
             # The first hour's baseline of trace edges is the hour before the day: computed again from the rows
             # here (as the previous day's shard holds it), and not kept.
             start = dt.datetime.combine(task.day, dt.time())

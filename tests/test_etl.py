@@ -254,7 +254,8 @@ def test_unknown_format_and_undetectable_dump(tmp_path):
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(cli, ["etl", str(tmp_path / "empty"), "--db", str(tmp_path / "s.duckdb")])
     assert result.exit_code == 1
-    assert result.output == (f"Error: {tmp_path / 'empty'}: no known dump layout (looked for challenge2025, nezha, otlp, rcaeval); "
+    assert result.output == (f"Error: {tmp_path / 'empty'}: no known dump layout (looked for challenge2025, nezha, otlp, rcaeval, "
+                             "cloudopsbench); "
                              "pass --format\n")
 
 

@@ -7,13 +7,15 @@ from pathlib import Path
 
 from rcalab.errors import DumpError
 
-from . import challenge2025, nezha, otlp, rcaeval
+from . import challenge2025, cloudopsbench, nezha, otlp, rcaeval
 from .base import InputFile, Query, ident
 
 __all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident"]
 
-ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha, "otlp": otlp, "rcaeval": rcaeval}
-TABLES = {"metric": "metric_points", "log": "log_lines", "trace": "spans", "calls": "declared_calls"}
+ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha, "otlp": otlp, "rcaeval": rcaeval,
+            "cloudopsbench": cloudopsbench}
+TABLES = {"metric": ("metric_points",), "log": ("log_lines",), "trace": ("spans",), "calls": ("declared_calls",),
+          "k8s": ("k8s_objects", "k8s_events")}  # the tables a file of each kind fills
 
 
 def adapter_for(root: Path, fmt: str = "auto"):

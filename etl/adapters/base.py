@@ -13,16 +13,20 @@ from pathlib import Path
 @dataclass(frozen=True)
 class InputFile:
     path: Path
-    kind: str  # metric | log | trace | calls | skip | unreadable (its load fails with the reason)
+    kind: str  # metric | log | trace | calls | k8s | skip | unreadable (its load fails with the reason)
     reason: str = ""  # why a file is skipped or cannot be read
 
 
 @dataclass(frozen=True)
 class Query:
-    """A SELECT of one file's rows in canonical columns (without file_id) and its named parameters."""
-    sql: str
+    """A SELECT of one file's rows in canonical columns (without file_id) and its named parameters; for a kind that
+    fills several tables, a SELECT per table. `frames` are rows an adapter read itself (Arrow tables), which the
+    SELECTs read by name."""
+    sql: str | dict[str, str]
     params: dict = field(default_factory=dict)
     rejects: bool = False  # malformed rows are left out and listed in DuckDB's `reject_errors`
+    frames: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the manifest says of parts of the file left out
 
 
 def ident(name: str) -> str:

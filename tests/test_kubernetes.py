@@ -1,0 +1,102 @@
+"""The cluster's own state: kubectl's text read back into Kubernetes objects and events, and Cloud-OpsBench's case
+folders loaded into `k8s_objects` and `k8s_events`."""
+
+import json
+import shutil
+
+from click.testing import CliRunner
+from conftest import SHARED
+
+from etl import kubectl, store
+from rcalab.cli import cli
+
+CASES = SHARED / "cloudopsbench" / "boutique"
+CRASHING = """Name:             redis-cart-79598c9984-fs47p
+Namespace:        boutique
+Node:             worker-01/192.168.0.222
+Labels:           app=redis-cart
+                  pod-template-hash=79598c9984
+Status:           Running
+Controlled By:  ReplicaSet/redis-cart-79598c9984
+Containers:
+  redis:
+    Image:          redis:alpine
+    Port:           6379/TCP
+    State:          Waiting
+      Reason:       CrashLoopBackOff
+    Last State:     Terminated
+      Reason:       Error
+      Exit Code:    1
+    Ready:          False
+    Restart Count:  4
+    Liveness:     tcp-socket :6379 delay=0s timeout=1s period=5s #success=1 #failure=3
+Conditions:
+  Type                        Status
+  Ready                       False
+  PodScheduled                True
+Tolerations:                 node.kubernetes.io/not-ready:NoExecute op=Exists for 300s
+                             node.kubernetes.io/unreachable:NoExecute op=Exists for 300s
+Events:
+  Type     Reason     Age                 From               Message
+  ----     ------     ----                ----               -------
+  Warning  BackOff    52s (x9 over 107s)  kubelet            Back-off restarting failed container redis in pod x
+"""
+
+
+def test_describe_text_reads_back_as_kubernetes_json():
+    pod = kubectl.from_describe("Pod", CRASHING)
+    assert pod["metadata"]["labels"] == {"app": "redis-cart", "pod-template-hash": "79598c9984"}
+    assert pod["metadata"]["ownerReferences"] == [{"kind": "ReplicaSet", "name": "redis-cart-79598c9984"}]
+    assert pod["spec"]["nodeName"] == "worker-01"
+    assert pod["spec"]["containers"][0]["ports"] == [{"containerPort": 6379, "protocol": "TCP"}]
+    assert pod["spec"]["containers"][0]["livenessProbe"]["port"] == 6379
+    assert len(pod["spec"]["tolerations"]) == 2
+    status = pod["status"]["containerStatuses"][0]
+    assert status["state"] == {"waiting": {"reason": "CrashLoopBackOff"}}
+    assert status["lastState"] == {"terminated": {"reason": "Error", "exitCode": 1}}
+    assert status["restartCount"] == 4
+    assert {"type": "Ready", "status": "False"} in pod["status"]["conditions"]
+    event, = pod["events"]
+    assert (event["reason"], event["count"], event["ageSeconds"]) == ("BackOff", 9, 52.0)
+    assert event["involvedObject"]["name"] == "redis-cart-79598c9984-fs47p"
+
+
+def test_a_snapshot_s_bad_outputs_are_named_and_the_rest_reads():
+    states = {"kubectl describe pods redis-cart-79598c9984-fs47p -n boutique": CRASHING,
+              "kubectl describe pods cut-short -n boutique": "Namespace:  boutique\nStatus:  Pend",  # truncated
+              "kubectl get pods -n boutique": "STATUS   NAME\nRunning   frontend-1\n",  # columns reordered
+              "kubectl frobnicate": "?",
+              "kubectl get events -n boutique": "5s  Warning  FailedScheduling  pod/frontend-1  0/4 nodes are available"}
+    objects, events, problems = kubectl.read_states(states)
+    assert {o["metadata"]["name"] for o in objects} == {"redis-cart-79598c9984-fs47p", "frontend-1"}
+    assert {e["reason"] for e in events} == {"BackOff", "FailedScheduling"}
+    assert len(problems) == 2
+    assert any("cut-short" in p and "Name:" in p for p in problems)
+    assert any("frobnicate" in p for p in problems)
+
+
+def test_a_case_folder_loads_into_objects_and_events_and_its_label_is_not_read(tmp_path):
+    dump = tmp_path / "benchmark" / "boutique"
+    for case in ("startup/60", "scheduling/141"):
+        shutil.copytree(CASES / case, dump / case)
+    (dump / "runtime" / "1" / "raw_data").mkdir(parents=True)
+    (dump / "runtime" / "1" / "raw_data" / "k8s_states.json").write_text("{not json")
+    db = tmp_path / "store.duckdb"
+    result = CliRunner().invoke(cli, ["etl", str(tmp_path / "benchmark"), "--db", str(db)])
+    assert result.exit_code == 2, result.output  # one file failed, named; the rest loaded
+    assert "runtime/1/raw_data/k8s_states.json" in result.output and "not JSON" in result.output
+    con = store.connect(db, read_only=True)
+    kinds = dict(con.execute("select kind, count(*) from k8s_objects where snapshot = 'boutique/startup/60' "
+                             "group by all").fetchall())
+    assert kinds["Pod"] >= 11 and kinds["Node"] == 4 and kinds["Service"] >= 11
+    waiting, = con.execute("""select status->>'$.containerStatuses[0].state.waiting.reason' from k8s_objects
+                              where snapshot = 'boutique/startup/60' and kind = 'Pod' and name like 'redis-cart-%'
+                              and status->>'$.describe' is not null""").fetchall()[0]
+    assert waiting == "CrashLoopBackOff"
+    message, = con.execute("""select message from k8s_events where snapshot = 'boutique/scheduling/141'
+                              and reason = 'FailedScheduling' and object_name like 'adservice-%'""").fetchall()[0]
+    assert "untolerated taint" in message
+    read = {row[0] for row in con.execute("select path from manifest where status = 'loaded'").fetchall()}
+    assert not any(p.endswith("metadata.json") for p in read)
+    labels = json.loads((dump / "startup/60/metadata.json").read_text())["result"]["root_cause"]
+    assert not con.execute("select count(*) from k8s_objects where status like ?", [f"%{labels}%"]).fetchall()[0][0]
