@@ -4,10 +4,12 @@ folders loaded into `k8s_objects` and `k8s_events`."""
 import json
 import shutil
 
+import pytest
 from click.testing import CliRunner
 from conftest import SHARED
 
 from etl import kubectl, store
+from features.evidence.kubernetes import findings
 from rcalab.cli import cli
 
 CASES = SHARED / "cloudopsbench" / "boutique"
@@ -100,3 +102,38 @@ def test_a_case_folder_loads_into_objects_and_events_and_its_label_is_not_read(t
     assert not any(p.endswith("metadata.json") for p in read)
     labels = json.loads((dump / "startup/60/metadata.json").read_text())["result"]["root_cause"]
     assert not con.execute("select count(*) from k8s_objects where status like ?", [f"%{labels}%"]).fetchall()[0][0]
+
+
+EXPECTED = {  # a case of each stage of a pod's life: its label, and the words the cause is found by
+    "admission/1": ("Admission_Fault", "app/adservice", "missing_service_account"),
+    "admission/44": ("Admission_Fault", "namespace/boutique", "namespace_service_quota_exceeded"),
+    "scheduling/141": ("Scheduling_Fault", "app/adservice", "taint_toleration_mismatch"),
+    "scheduling/128": ("Scheduling_Fault", "app/redis-cart", "pvc_access_mode_mismatch"),
+    "startup/1": ("Startup_Fault", "app/adservice", "image_registry_dns_failure"),
+    "startup/60": ("Startup_Fault", "app/redis-cart", "volume_mount_permission_denied"),
+    "runtime/10": ("Runtime_Fault", "app/checkoutservice", "liveness_probe_incorrect_port"),
+    "runtime/31": ("Runtime_Fault", "app/adservice", "readiness_probe_incorrect_protocol"),
+    "service/1": ("Service_Routing_Fault", "app/cartservice", "service_env_var_address_mismatch"),
+    "infrastructure/1": ("Infrastructure_Fault", "node/worker-01", "containerd_unavailable"),
+}
+
+
+@pytest.fixture(scope="module")
+def cases_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cloudopsbench")
+    for case in EXPECTED:
+        shutil.copytree(CASES / case, root / "boutique" / case)
+    db = root / "store.duckdb"
+    assert CliRunner().invoke(cli, ["etl", str(root), "--db", str(db)]).exit_code == 0
+    return db
+
+
+@pytest.mark.parametrize("case", EXPECTED)
+def test_the_cluster_s_state_names_the_cause_of_each_stage_of_a_pod_s_life(cases_store, case):
+    """Events are history: the service accounts "not found" while the others were created, a probe refused by a
+    container that died by itself, an address of a part not deployed here, each lose to the cause the present state
+    holds."""
+    con = store.connect(cases_store, read_only=True)
+    top = findings(con, f"boutique/{case}")[0]
+    assert (top.taxonomy, top.component, top.root_cause) == EXPECTED[case], top
+    assert top.evidence

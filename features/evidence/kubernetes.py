@@ -1,0 +1,399 @@
+"""The Kubernetes family: the cluster's own state (`k8s_objects`, `k8s_events`) says why a workload does not run.
+
+It reads a snapshot as an operator reads `kubectl get` and `describe`: first what is broken now (a workload short of
+its replicas, a pod that is not ready, a service without endpoints, a node that is not ready), then the words the
+cluster wrote about that object (its status reasons, its events), held against the present state. Events are
+history: one that claims a cause the present contradicts (a service account "not found" that exists now, a quota
+that a workload at full strength no longer meets) explains nothing. Each finding names a fault type of the
+cluster's taxonomy (`TAXONOMY`: Cloud-OpsBench's names and categories are the reference vocabulary), the object to
+fix (`app/NAME`, `node/NAME` or `namespace/NAME`) and the object's own words as evidence.
+
+What is a principle and what is a choice: the order of the checks follows Kubernetes' own order of a pod's life
+(admitted, scheduled, pulled, started, probed, served), so the earliest failing stage is the cause of the later
+ones; the weights only order findings of one snapshot and were not fitted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+
+TAXONOMY = {
+    "Admission_Fault": ("namespace_cpu_quota_exceeded", "namespace_memory_quota_exceeded", "namespace_pod_quota_exceeded",
+                        "namespace_service_quota_exceeded", "namespace_storage_quota_exceeded",
+                        "missing_service_account"),
+    "Scheduling_Fault": ("node_cordon_mismatch", "node_affinity_mismatch", "node_selector_mismatch",
+                         "pod_anti_affinity_conflict", "taint_toleration_mismatch", "cpu_capacity_mismatch",
+                         "memory_capacity_mismatch", "pv_binding_occupied", "pvc_selector_mismatch",
+                         "pvc_storage_class_mismatch", "pvc_capacity_mismatch", "pvc_access_mode_mismatch"),
+    "Startup_Fault": ("volume_mount_permission_denied", "missing_secret_binding", "incorrect_image_reference",
+                      "image_registry_dns_failure", "missing_image_pull_secret"),
+    "Runtime_Fault": ("container_memory_limit_too_low", "liveness_probe_incorrect_protocol",
+                      "liveness_probe_incorrect_port", "liveness_probe_incorrect_timing",
+                      "readiness_probe_incorrect_protocol", "readiness_probe_incorrect_port",
+                      "service_sidecar_port_conflict", "mysql_invalid_credentials", "mysql_invalid_port",
+                      "db_read_only", "db_connection_exhaustion", "deployment_zero_replicas", "oom_killed"),
+    "Service_Routing_Fault": ("service_selector_mismatch", "service_port_mapping_mismatch",
+                              "service_protocol_mismatch", "service_env_var_address_mismatch", "gateway_misroute",
+                              "service_dns_resolution_failure"),
+    "Performance_Fault": ("pod_cpu_overload", "pod_network_delay", "node_network_delay", "node_network_packet_loss"),
+    "Infrastructure_Fault": ("containerd_unavailable", "kubelet_unavailable", "kube_proxy_unavailable",
+                             "kube_scheduler_unavailable"),
+}
+CATEGORY = {cause: category for category, causes in TAXONOMY.items() for cause in causes}
+
+
+@dataclass
+class Finding:
+    """A cause the cluster's state gives: the object to fix, the fault type and the object's own words."""
+    component: str  # app/NAME, node/NAME or namespace/NAME
+    root_cause: str
+    evidence: list[str] = field(default_factory=list)
+    weight: float = 1.0  # orders the findings of one snapshot: the earlier stage of a pod's life, the higher
+
+    @property
+    def taxonomy(self) -> str:
+        return CATEGORY[self.root_cause]
+
+
+@dataclass
+class Snapshot:
+    """A cluster's objects by kind and name, and the events of each object."""
+    objects: dict[str, dict[str, dict]]
+    events: dict[tuple[str, str], list[dict]]
+    namespace: str | None
+
+    def of(self, kind: str) -> dict[str, dict]:
+        return self.objects.get(kind, {})
+
+    def said(self, kind: str, name: str, warning: bool = True) -> list[dict]:
+        return [e for e in self.events.get((kind, name), []) if not warning or e["type"] == "Warning"]
+
+
+def read(con, snapshot: str) -> Snapshot:
+    objects: dict[str, dict[str, dict]] = {}
+    namespaces = {}
+    for kind, namespace, name, owner, labels, spec, status in con.execute(
+            "select kind, namespace, name, owner, labels, spec, status from k8s_objects where snapshot = ?",
+            [snapshot]).fetchall():
+        objects.setdefault(kind, {})[name] = {"namespace": namespace, "owner": owner, "labels": json.loads(labels),
+                                              "spec": json.loads(spec), "status": json.loads(status)}
+        if namespace:
+            namespaces[namespace] = namespaces.get(namespace, 0) + 1
+    events: dict[tuple[str, str], list[dict]] = {}
+    for kind, name, type_, reason, message, count, age in con.execute(
+            """select object_kind, object_name, type, reason, message, count, age_s from k8s_events
+               where snapshot = ? order by age_s nulls last""", [snapshot]).fetchall():
+        events.setdefault((kind, name), []).append({"type": type_, "reason": reason, "message": message or "",
+                                                    "count": count, "age": age})
+    return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None)
+
+
+def findings(con, snapshot: str) -> list[Finding]:
+    """The causes a snapshot's state gives, the likeliest first (each object and cause once)."""
+    s = read(con, snapshot)
+    found = [*_admission(s), *_scheduling(s), *_startup(s), *_runtime(s), *_routing(s), *_infrastructure(s)]
+    best: dict[tuple[str, str], Finding] = {}
+    for f in found:
+        key = (f.component, f.root_cause)
+        if key not in best or f.weight > best[key].weight:
+            best[key] = f
+    return sorted(best.values(), key=lambda f: -f.weight)
+
+
+def _app(s: Snapshot, kind: str, name: str) -> str:
+    """The workload an object belongs to (a pod's ReplicaSet's Deployment), as app/NAME."""
+    for _ in range(3):
+        owner = s.of(kind).get(name, {}).get("owner")
+        if not owner:
+            break
+        kind, _, name = owner.partition("/")
+        if kind == "ReplicaSet" and name not in s.of("ReplicaSet"):
+            name = name.rsplit("-", 1)[0]  # a ReplicaSet's name is its Deployment's and a hash
+            kind = "Deployment"
+    if kind == "Pod":  # a pod whose owner is not listed: its name less the ReplicaSet's and its own hashes
+        name = re.sub(r"(-[a-z0-9]{8,10})?-[a-z0-9]{5}$", "", name)
+    elif kind == "ReplicaSet":
+        name = name.rsplit("-", 1)[0]
+    return f"app/{name}"
+
+
+def _short(s: Snapshot) -> dict[str, dict]:
+    """Workloads short of their replicas now: Deployment name -> its object."""
+    return {name: d for name, d in s.of("Deployment").items()
+            if (d["status"].get("unavailableReplicas") or 0) > 0
+            or (d["spec"].get("replicas") or 0) > (d["status"].get("replicas") or 0)}
+
+
+def _current_sets(s: Snapshot, deployment: str) -> list[str]:
+    return [name for name, rs in s.of("ReplicaSet").items() if rs.get("owner") == f"Deployment/{deployment}"]
+
+
+QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: ([^,]+)")
+RESOURCE = (("pods", "pod"), ("services", "service"), ("storage", "storage"), ("persistentvolumeclaims", "storage"),
+            ("memory", "memory"), ("cpu", "cpu"))
+
+
+def _admission(s: Snapshot):
+    """A workload that cannot create its pods: the API server refused them (a quota, a service account)."""
+    accounts = set(s.of("ServiceAccount"))
+    for name in _short(s):
+        for rs in _current_sets(s, name):
+            for e in s.said("ReplicaSet", rs):
+                if e["reason"] != "FailedCreate":
+                    continue
+                quota = QUOTA.search(e["message"])
+                if quota:
+                    requested = quota.group(2)
+                    kind = next(k for word, k in RESOURCE if word in requested.split("=")[0] or word == "pods"
+                                and requested.startswith("pods"))
+                    yield Finding(f"namespace/{s.of('ReplicaSet')[rs]['namespace'] or s.namespace}",
+                                  f"namespace_{kind}_quota_exceeded", [e["message"]], 9)
+                account = re.search(r'serviceaccount "([^"]+)" not found', e["message"])
+                if account and account.group(1) not in accounts:
+                    yield Finding(f"app/{name}", "missing_service_account", [e["message"]], 9)
+    for name, quota in s.of("ResourceQuota").items():  # a quota at its limit refuses the next object
+        used, hard = quota["status"].get("used", {}), quota["status"].get("hard", {})
+        for resource, limit in hard.items():
+            if limit is not None and used.get(resource) is not None and _quantity(used[resource]) >= _quantity(limit):
+                kind = next((k for word, k in RESOURCE if word in resource), None)
+                if kind:
+                    yield Finding(f"namespace/{quota['namespace'] or s.namespace}", f"namespace_{kind}_quota_exceeded",
+                                  [f"quota {name}: {resource} used {used[resource]} of {limit}"], 8)
+
+
+UNITS = {"m": 1e-3, "k": 1e3, "Ki": 2**10, "M": 1e6, "Mi": 2**20, "G": 1e9, "Gi": 2**30, "T": 1e12, "Ti": 2**40}
+
+
+def _quantity(text: str) -> float:
+    """A Kubernetes quantity (`500m`, `3Gi`, `10`) as a number."""
+    m = re.fullmatch(r"([\d.]+)([A-Za-z]*)", str(text).strip())
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * UNITS.get(m.group(2), 1)
+
+
+SCHEDULER = re.compile(r"(\d+) (node\(s\) [^,.]+|Insufficient \w+|[a-z][^,.]*)")
+REASONS = (("untolerated taint", "taint_toleration_mismatch"), ("were unschedulable", "node_cordon_mismatch"),
+           ("Insufficient cpu", "cpu_capacity_mismatch"), ("Insufficient memory", "memory_capacity_mismatch"),
+           ("anti-affinity", "pod_anti_affinity_conflict"), ("affinity/selector", None), ("node affinity", None))
+
+
+def _scheduling(s: Snapshot):
+    """A pod the scheduler placed on no node: the reason its message gives for most nodes (a reason every node
+    shares is the cluster's standing state only where it is not the one that excludes the rest)."""
+    for pod, p in s.of("Pod").items():
+        if not _pending(p):
+            continue
+        for e in s.said("Pod", pod):
+            if e["reason"] != "FailedScheduling":
+                continue
+            message = e["message"].split("preemption:")[0]
+            if "PersistentVolumeClaim" in message:
+                yield from _claims(s, pod, p, e)
+                continue
+            counts = []
+            for n, text in SCHEDULER.findall(message.split(":", 1)[-1]):
+                cause = next((c for word, c in REASONS if word in text), "?")
+                if cause is None:
+                    cause = "node_selector_mismatch" if p["spec"].get("nodeSelector") else "node_affinity_mismatch"
+                counts.append((int(n), cause != "node_cordon_mismatch", cause, text))
+            if counts:
+                cause = max(counts)[2]
+                if cause != "?":
+                    yield Finding(_app(s, "Pod", pod), cause, [e["message"]], 8)
+
+
+def _pending(p: dict) -> bool:
+    return p["status"].get("phase") == "Pending" or any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" for c in p["status"].get("conditions", []))
+
+
+def _claims(s: Snapshot, pod: str, p: dict, event: dict):
+    """A pod held back by a claim that binds no volume: why the claim finds no volume to bind."""
+    app = _app(s, "Pod", pod)
+    claims = {name: c for name, c in s.of("PersistentVolumeClaim").items() if c["status"].get("phase") != "Bound"}
+    for name, claim in claims.items():
+        words = [event["message"]] + [e["message"] for e in s.said("PersistentVolumeClaim", name, warning=False)]
+        spec = claim["spec"]
+        classes = set(s.of("StorageClass"))
+        volumes = s.of("PersistentVolume")
+        wanted = spec.get("storageClassName")
+        if wanted and wanted not in NONE and classes and wanted not in classes:
+            yield Finding(app, "pvc_storage_class_mismatch", words + [f"storage class {wanted} does not exist"], 8)
+            continue
+        same = {n: v for n, v in volumes.items() if v["spec"].get("storageClassName") == wanted} or volumes
+        if any(v["status"].get("phase") == "Bound" for v in same.values()) and not any(
+                v["status"].get("phase") == "Available" for v in same.values()):
+            yield Finding(app, "pv_binding_occupied", words + ["every volume of its class is bound to another claim"], 8)
+            continue
+        asked, offered = _modes(spec.get("accessModes")), [_modes(v["spec"].get("accessModes")) for v in same.values()]
+        if offered and all(asked - modes for modes in offered):
+            yield Finding(app, "pvc_access_mode_mismatch", words + [
+                f"the claim asks {sorted(asked)}; the volumes offer {sorted(set().union(*offered))}"], 7)
+            continue
+        selector = spec.get("selector") or {}
+        if selector and not any(all(v["labels"].get(k) == val for k, val in selector.items()) for v in same.values()):
+            yield Finding(app, "pvc_selector_mismatch", words + [f"the claim selects {selector}: no volume has it"], 7)
+            continue
+        size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        if size and all(_quantity(size) > _quantity(v["spec"].get("capacity") or 0) for v in same.values()):
+            yield Finding(app, "pvc_capacity_mismatch", words + [f"the claim asks {size}; no volume is as large"], 7)
+            continue
+        # What the claim asks beyond its modes (its size, its selector) kubectl describe does not print while it is
+        # pending: where the snapshot does not show it, each stays a possible cause, the likelier first.
+        labelled = any(v["labels"] for v in same.values())
+        for weight, cause in sorted(((6, "pvc_capacity_mismatch"), (5.5 if labelled else 5, "pvc_selector_mismatch"),
+                                     (4.5, "pvc_access_mode_mismatch")), reverse=True):
+            yield Finding(app, cause, words, weight)
+
+
+NONE = ("<none>", "<unset>", "", None)
+MODES = {"RWO": "ReadWriteOnce", "ROX": "ReadOnlyMany", "RWX": "ReadWriteMany", "RWOP": "ReadWriteOncePod"}
+
+
+def _modes(modes) -> set[str]:
+    """Access modes by their full names; a claim whose request is not shown asks ReadWriteOnce, as nearly all do."""
+    words = [w.strip() for m in (modes or []) for w in str(m).split(",") if w.strip()]
+    return {MODES.get(w, w) for w in words} or {"ReadWriteOnce"}
+PULL = (("no such host", "image_registry_dns_failure"), ("lookup", "image_registry_dns_failure"),
+        ("unauthorized", "missing_image_pull_secret"), ("authentication required", "missing_image_pull_secret"),
+        ("pull access denied", "missing_image_pull_secret"), ("not found", "incorrect_image_reference"),
+        ("manifest unknown", "incorrect_image_reference"))
+
+
+def _startup(s: Snapshot):
+    """A pod scheduled whose container cannot start: its image, a secret, a volume."""
+    for pod, p in s.of("Pod").items():
+        for status in p["status"].get("containerStatuses", []):
+            waiting = (status.get("state") or {}).get("waiting", {}).get("reason") or ""
+            if waiting in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+                pulled = [e["message"] for e in s.said("Pod", pod) if e["message"].startswith("Failed to pull")]
+                text = " ".join(pulled).lower()
+                cause = next((c for word, c in PULL if word in text), "incorrect_image_reference")
+                yield Finding(_app(s, "Pod", pod), cause, pulled[:1] or [waiting], 8)
+            if waiting == "CreateContainerConfigError" or any(
+                    e["reason"] == "FailedMount" and "secret" in e["message"] for e in s.said("Pod", pod)):
+                yield Finding(_app(s, "Pod", pod), "missing_secret_binding",
+                              [e["message"] for e in s.said("Pod", pod)][:1] or [waiting], 8)
+
+
+PROBE = re.compile(r"(Liveness|Readiness) probe failed: (.*)")
+
+
+def _runtime(s: Snapshot):
+    """A container that runs and fails: killed for memory, or a probe that fails it though it serves."""
+    for pod, p in s.of("Pod").items():
+        app = _app(s, "Pod", pod)
+        for e in s.said("Pod", pod):
+            if "OOM" in e["message"] or "OOMKilled" in e["message"]:
+                yield Finding(app, "oom_killed", [e["message"]], 7)
+        statuses = p["status"].get("containerStatuses", [])
+        for status in statuses:
+            last = (status.get("lastState") or {}).get("terminated", {})
+            if last.get("reason") == "OOMKilled":
+                yield Finding(app, "oom_killed", [f"last state terminated: OOMKilled (exit {last.get('exitCode')})"], 7)
+        crashed = [st for st in statuses if (st.get("lastState") or {}).get("terminated", {}).get("reason") == "Error"]
+        reached = [e for e in s.said("Pod", pod) if e["message"].startswith("Liveness probe failed")
+                   and "connection refused" not in e["message"]]
+        if crashed and not reached:  # it exits by itself: a probe refused finds nothing listening, it kills nothing
+            mounts = [v for v, d in (p["spec"].get("volumes") or {}).items()
+                      if isinstance(d, dict) and not str(d.get("Type", "")).startswith(("Projected", "ConfigMap",
+                                                                                         "Secret", "EmptyDir"))]
+            if mounts:
+                yield Finding(app, "volume_mount_permission_denied", [
+                    f"container {crashed[0]['name']} exits by itself (exit code "
+                    f"{crashed[0]['lastState']['terminated'].get('exitCode')}) with volume {mounts[0]} mounted"], 6.5)
+            continue
+        restarted = any(st.get("restartCount", 0) > 0 for st in statuses)
+        unready = any(not st.get("ready", True) for st in statuses)
+        if not (restarted or unready):
+            continue
+        for e in s.said("Pod", pod):
+            m = PROBE.match(e["message"])
+            if not m:
+                continue
+            which = m.group(1).lower()
+            if which == "liveness" and not restarted or which == "readiness" and restarted:
+                continue
+            probe = next((c.get(f"{which}Probe") for c in p["spec"].get("containers", []) if c.get(f"{which}Probe")),
+                         {})
+            ports = {port["containerPort"] for c in p["spec"].get("containers", []) for port in c.get("ports", [])}
+            detail = m.group(2)
+            if "malformed HTTP" in detail or "HTTP/1.x transport" in detail:
+                cause = f"{which}_probe_incorrect_protocol"
+            elif probe.get("port") and ports and probe["port"] not in ports:
+                cause = f"{which}_probe_incorrect_port"
+            else:
+                cause = f"{which}_probe_incorrect_timing"
+            yield Finding(app, cause, [e["message"], f"{which} probe: {probe}"], 6 if e["count"] > 1 else 5)
+
+
+def _routing(s: Snapshot):
+    """A service that reaches no pod (its selector, its target port), and an address a workload is given that
+    names no service or another port."""
+    pods = [p for p in s.of("Pod").values() if p["status"].get("phase") == "Running"]
+    services = s.of("Service")
+    for name, svc in services.items():
+        selector = svc["spec"].get("selector") or {}
+        if not selector:
+            continue
+        chosen = [p for p in pods if all(p["labels"].get(k) == v for k, v in selector.items())]
+        if not chosen:
+            templates = [d for d in s.of("Deployment").values()
+                         if all((d["spec"].get("template", {}).get("metadata", {}).get("labels") or {}).get(k) == v
+                                for k, v in selector.items())]
+            if not templates and s.of("Deployment"):
+                yield Finding(f"app/{name}", "service_selector_mismatch",
+                              [f"service {name} selects {selector}: no pod has these labels"], 7)
+            continue
+        ports = {port["containerPort"] for p in chosen for c in p["spec"].get("containers", [])
+                 for port in c.get("ports", [])}
+        for port in svc["spec"].get("ports", []):
+            target = port.get("targetPort")
+            if ports and isinstance(target, int) and target not in ports:
+                yield Finding(f"app/{name}", "service_port_mapping_mismatch",
+                              [f"service {name} sends port {port.get('port')} to {target}; its pods listen on "
+                               f"{sorted(ports)}"], 7)
+    for name, d in s.of("Deployment").items():
+        for c in d["spec"].get("template", {}).get("spec", {}).get("containers", []):
+            for env in c.get("env", []):
+                host, _, port = str(env.get("value", "")).rpartition(":")
+                if not env["name"].endswith(("_ADDR", "_HOST", "_ADDRESS")) or not host or not port.isdigit():
+                    continue
+                service = services.get(host)
+                if service is None and host not in s.of("Deployment") and services:
+                    near = difflib.get_close_matches(host, services, n=1, cutoff=0.75)
+                    # a near miss of a service's name is a mistake; an unrelated name, a part not deployed here
+                    yield Finding(f"app/{name}", "service_env_var_address_mismatch",
+                                  [f"{env['name']}={env['value']}: no service {host}"
+                                   + (f" (service {near[0]} exists)" if near else "")], 7 if near else 2)
+                elif service and int(port) not in {p.get("port") for p in service["spec"].get("ports", [])}:
+                    yield Finding(f"app/{name}", "service_env_var_address_mismatch",
+                                  [f"{env['name']}={env['value']}: service {host} has no port {port}"], 7)
+
+
+def _infrastructure(s: Snapshot):
+    """A node that cannot run pods: its runtime, its kubelet; and pods no scheduler places."""
+    for pod, p in s.of("Pod").items():
+        for e in s.said("Pod", pod):
+            if e["reason"] == "FailedCreatePodSandBox" and "containerd.sock" in e["message"]:
+                node = p["spec"].get("nodeName")
+                if node:
+                    yield Finding(f"node/{node}", "containerd_unavailable", [e["message"]], 9)
+    for name, node in s.of("Node").items():
+        ready = next((c for c in node["status"].get("conditions", []) if c.get("type") == "Ready"), None)
+        if ready and ready.get("status") != "True":
+            words = [f"Ready {ready.get('status')}: {ready.get('message') or ready.get('reason')}"]
+            runtime = any("containerd" in (e["message"] or "") for e in s.said("Node", name))
+            yield Finding(f"node/{name}", "containerd_unavailable" if runtime else "kubelet_unavailable", words, 9)
+    waiting = [pod for pod, p in s.of("Pod").items() if _pending(p) and not p["spec"].get("nodeName")
+               and p["status"].get("describe") and not s.said("Pod", pod)]
+    if waiting:
+        masters = [n for n, node in s.of("Node").items()
+                   if any(k.startswith("node-role.kubernetes.io/") and k.split("/")[1] in ("master", "control-plane")
+                          for k in node["labels"]) or n.startswith("master")]
+        yield Finding(f"node/{masters[0] if masters else '?'}", "kube_scheduler_unavailable",
+                      [f"{len(waiting)} pods pending with no word from a scheduler ({waiting[0]})"], 8)
