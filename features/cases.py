@@ -1,4 +1,5 @@
-"""Incident questions: `input.json` of the challenge, each an uuid and a UTC window in prose."""
+"""Incident questions: `input.json` of the challenge, each an uuid and a UTC window in prose; or a frozen cluster's
+state, named by its `snapshot` (a Cloud-OpsBench case), with no window."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z")
 @dataclass(frozen=True)
 class Question:
     uuid: str
-    start: dt.datetime  # naive UTC, as in the store
-    end: dt.datetime
+    start: dt.datetime | None  # naive UTC, as in the store; None for a snapshot's question
+    end: dt.datetime | None
     description: str
+    snapshot: str | None = None  # the frozen cluster state it asks about (`k8s_objects.snapshot`)
 
 
 def parse_window(description: str) -> tuple[dt.datetime, dt.datetime]:
@@ -44,13 +46,19 @@ def load_questions(path: Path) -> list[Question]:
     questions, seen = [], {}
     for i, item in enumerate(items):
         try:
-            start, end = parse_window(item["Anomaly Description"])
+            snapshot = item.get("snapshot") if isinstance(item, dict) else None
+            if snapshot is None:
+                start, end = parse_window(item["Anomaly Description"])
+            elif isinstance(snapshot, str) and isinstance(item["Anomaly Description"], str):
+                start = end = None
+            else:
+                raise TypeError
             if not isinstance(item["uuid"], str):
                 raise TypeError
             if item["uuid"] in seen:
                 raise ValueError(f"the uuid is listed twice (first at entry {seen[item['uuid']]})")
             seen[item["uuid"]] = i
-            questions.append(Question(item["uuid"], start, end, item["Anomaly Description"]))
+            questions.append(Question(item["uuid"], start, end, item["Anomaly Description"], snapshot))
         except KeyError as e:
             raise RcalabError(f"{path}: entry {i}: missing field {e}") from None
         except TypeError:
@@ -59,3 +67,11 @@ def load_questions(path: Path) -> list[Question]:
         except ValueError as e:
             raise RcalabError(f"{path}: entry {i} ({item.get('uuid', '?')}): {e}") from None
     return questions
+
+
+def snapshot_questions(con) -> list[dict]:
+    """A question for every frozen cluster state in a store (a Cloud-OpsBench case), its uuid the snapshot's name."""
+    return [{"uuid": name, "snapshot": name,
+             "Anomaly Description": f"The cluster of snapshot {name} is abnormal. Please infer the possible cause."}
+            for name, in con.execute("select distinct snapshot from k8s_objects where snapshot is not null "
+                                     "order by snapshot").fetchall()]

@@ -286,12 +286,17 @@ def detect(db, day, from_, to, out, given, workers, scheduler):
                               scan(con, lo, hi, progress=progress))
     show(incidents_table(found, load_questions(given) if given else [], lo, hi))
     if out:
-        check_output(out, db, b"[", "a questions file (a JSON list)")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(as_questions(found), indent=1) + "\n")
-        tmp.replace(out)
+        write_questions(out, db, as_questions(found))
         echo(f"{len(found)} incidents written to {out}")
+
+
+def write_questions(out: Path, db: Path, questions: list[dict]) -> None:
+    """An input.json, written whole or not at all; a file there already must be a questions file."""
+    check_output(out, db, b"[", "a questions file (a JSON list)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(questions, indent=1) + "\n")
+    tmp.replace(out)
 
 
 @cli.command()
@@ -363,7 +368,7 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
                              max_tools=max_tools, time_limit=time_limit, decide=decide,
                              progress=lambda uuid: bar.update(task, advance=1, description=cell(uuid)))
 
-    if agent == "rank":
+    if agent == "rank" or all(q.snapshot for q in questions):  # a snapshot's objects answer: no model to start
         report = batch(None, "rank")
     else:
         with endpoint() as (client, model):
@@ -403,11 +408,38 @@ def cases(dump, out):
 
 
 @cli.command()
-@click.option("--truth", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="groundtruth.jsonl")
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="input.json to write.")
+@reports_errors
+def questions(db, out):
+    """Write a question for every frozen cluster state in the store (a Cloud-OpsBench case), its uuid the case's
+    SYSTEM/CATEGORY/ID.
+
+    Example: rcalab questions --db store.duckdb --out input.json
+    """
+    from etl import store
+    from features.cases import snapshot_questions
+
+    con = store.connect(db, read_only=True)
+    try:
+        asked = snapshot_questions(store.cursor(con))
+    finally:
+        con.close()
+    if not asked:
+        raise RcalabError(f"{db}: no cluster snapshots (k8s_objects.snapshot); a telemetry dump's questions come from "
+                          "'rcalab cases' or 'rcalab detect'")
+    write_questions(out, db, asked)
+    echo(f"{len(asked)} questions -> {out}")
+
+
+@cli.command()
+@click.option("--truth", type=click.Path(path_type=Path, exists=True), required=True,
+              help="groundtruth.jsonl; for --rules cloudopsbench, the folder of the case folders")
 @click.option("--answers", type=click.Path(path_type=Path, dir_okay=False), required=True, multiple=True,
               help="An answers JSONL; give several to compare them side by side.")
-@click.option("--rules", type=click.Choice(["official", "semantic"]), default="official", show_default=True)
+@click.option("--rules", type=click.Choice(["official", "semantic", "cloudopsbench"]), default="official",
+              show_default=True, help="cloudopsbench: A@1, A@3 and the partial matches of the benchmark's evaluator "
+                                      "over top_3_predictions.")
 @click.option("--report", type=click.Path(path_type=Path, file_okay=False), help="Write report.json and report.html here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 @click.option("--db", type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -425,6 +457,20 @@ def judge(truth, answers, rules, report, as_json, db, input_):
 
     if db and not (report and input_):
         raise click.UsageError("--db writes case pages: give --report and --input too")
+    if rules == "cloudopsbench":
+        from judge import cloudopsbench
+
+        results = {str(path): cloudopsbench.evaluate(truth, path) for path in answers}
+        if as_json:
+            flat = {k: v["summary"] for k, v in results.items()}
+            echo(json.dumps(flat if len(flat) > 1 else next(iter(flat.values())), indent=2))
+        else:
+            show(judged_table(results, rules, False))
+            for line, err in judged_lines(results):
+                echo(line, err=err)
+        return
+    if truth.is_dir():
+        raise click.UsageError(f"--truth {truth}: give groundtruth.jsonl (a folder is read with --rules cloudopsbench)")
     results = {str(path): evaluate(truth, path, rules) for path in answers}
     if db:
         from features.cases import load_questions

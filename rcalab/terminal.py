@@ -125,7 +125,8 @@ def judged_table(results: dict, rules: str, grounded: bool) -> Table:
     table.add_column("measure")
     for name in results:
         table.add_column(cell(name), justify="right")
-    for k in ("final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered"):
+    for k in (("A@1", "A@3", "object@1", "cause@1", "cases", "answered") if rules == "cloudopsbench" else
+              ("final", "LA", "TA", "efficiency", "explainability", "APL", "cases", "answered")):
         table.add_row(k, *[str(r["summary"][k]) for r in results.values()])
     if grounded:
         table.add_row("grounded", *[f"{r['grounding']['grounded']} of {r['grounding']['walked']}"

@@ -23,6 +23,7 @@ from features.cases import Question
 from rcalab.errors import OutputError, check_output, read_text
 
 from .agent import Chat, diagnose, rank_only
+from .cluster import snapshot_answer
 
 
 @dataclass
@@ -131,7 +132,9 @@ def _run(db, questions, answers, chat, model, concurrency, limit, progress, sett
     def one(q: Question) -> None:
         cursor = store.cursor(con)
         cursor.execute("set TimeZone = 'UTC'")  # a cursor is a session of its own
-        if chat is None:  # the rank agent
+        if q.snapshot:  # a frozen cluster's state: its objects answer, the model is not asked yet
+            outcome = snapshot_answer(cursor, q)
+        elif chat is None:  # the rank agent
             outcome = rank_only(cursor, q, digests)
         else:
             outcome = diagnose(chat, cursor, q, model=model, gate=digests, **settings)

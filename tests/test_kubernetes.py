@@ -137,3 +137,36 @@ def test_the_cluster_s_state_names_the_cause_of_each_stage_of_a_pod_s_life(cases
     top = findings(con, f"boutique/{case}")[0]
     assert (top.taxonomy, top.component, top.root_cause) == EXPECTED[case], top
     assert top.evidence
+
+
+def test_case_folders_are_answered_and_judged_end_to_end_and_no_answer_reads_a_label(cases_store, tmp_path):
+    """The four commands of a Cloud-OpsBench run; the same answers come from the folders with their labels cut
+    out of metadata.json."""
+    def run(root, db, name):
+        runner = CliRunner()
+        if not db.exists():
+            assert runner.invoke(cli, ["etl", str(root), "--db", str(db)]).exit_code == 0
+        questions, answers = tmp_path / f"{name}-input.json", tmp_path / f"{name}.jsonl"
+        assert runner.invoke(cli, ["questions", "--db", str(db), "--out", str(questions)]).exit_code == 0
+        result = runner.invoke(cli, ["diagnose", "--agent", "llm", "--db", str(db), "--input", str(questions),
+                                     "--out", str(answers)])
+        assert result.exit_code == 0, result.output
+        return questions, answers
+
+    questions, answers = run(None, cases_store, "labelled")
+    assert {q["uuid"] for q in json.loads(questions.read_text())} == {f"boutique/{c}" for c in EXPECTED}
+    judged = CliRunner().invoke(cli, ["judge", "--rules", "cloudopsbench", "--truth", str(cases_store.parent),
+                                      "--answers", str(answers), "--json"])
+    assert judged.exit_code == 0, judged.output
+    assert json.loads(judged.output) == {"A@1": 1.0, "A@3": 1.0, "object@1": 1.0, "cause@1": 1.0,
+                                         "cases": len(EXPECTED), "answered": len(EXPECTED)}
+    first = json.loads(answers.read_text().splitlines()[0])
+    assert first["top_3_predictions"][0].keys() == {"fault_taxonomy", "fault_object", "root_cause"}
+
+    bare = tmp_path / "bare"
+    shutil.copytree(cases_store.parent / "boutique", bare / "boutique")
+    for meta in bare.rglob("metadata.json"):
+        meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items()
+                                    if k not in ("result", "process")}))
+    _, unlabelled = run(bare, tmp_path / "bare.duckdb", "bare")
+    assert unlabelled.read_text() == answers.read_text()
