@@ -126,11 +126,14 @@ MIGRATIONS = [
         file_id integer);
     alter table shards add column step integer;
     """),
+    ("a snapshot's container logs", """
+    create table k8s_logs (snapshot text, namespace text, service text, ts timestamp, message text, file_id integer);
+    """),
 ]
 # A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
 # tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
 LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement", "k8s_objects",
-          "k8s_events")  # in `load-*` shards
+          "k8s_events", "k8s_logs")  # in `load-*` shards
 FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
             "span_self_minute", "event_pair_minute")  # in `features-*` shards
 
@@ -175,7 +178,10 @@ DESCRIPTIONS = {
                    "them, its whole layout under status.describe); snapshot names a frozen cluster's state (a case "
                    "folder), null for a live cluster's exports",
     "k8s_events": "Kubernetes events: the object involved, type, reason, message, count, first and last time where "
-                  "known (age_s: seconds before the snapshot where only that is known)",
+                  "known (age_s: seconds before the snapshot where only that is known); a snapshot's alerts too, "
+                  "as type Alert (the object alerted on, the alert's kind as reason, its evidence as message)",
+    "k8s_logs": "a snapshot's container logs as kubectl logs printed them: the service, the line, and its time where "
+                "kubectl printed one (--timestamps)",
     "trace_edge_anomaly": "caller -> callee minutes whose p95 latency or error rate left the trailing hour",
     "schema_version": "the migrations applied to this store",
     "dirty_days": "UTC days loaded since their features were last computed (an interrupted run resumes them)",

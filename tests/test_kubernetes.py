@@ -100,6 +100,10 @@ def test_a_case_folder_loads_into_objects_and_events_and_its_label_is_not_read(t
     assert "untolerated taint" in message
     read = {row[0] for row in con.execute("select path from manifest where status = 'loaded'").fetchall()}
     assert not any(p.endswith("metadata.json") for p in read)
+    denied, = con.execute("""select count(*) from k8s_logs where snapshot = 'boutique/startup/60'
+                             and service = 'redis-cart' and message like '%Permission denied%' and ts is not null"""
+                          ).fetchall()[0]
+    assert denied
     labels = json.loads((dump / "startup/60/metadata.json").read_text())["result"]["root_cause"]
     assert not con.execute("select count(*) from k8s_objects where status like ?", [f"%{labels}%"]).fetchall()[0][0]
 
@@ -115,6 +119,9 @@ EXPECTED = {  # a case of each stage of a pod's life: its label, and the words t
     "runtime/31": ("Runtime_Fault", "app/adservice", "readiness_probe_incorrect_protocol"),
     "service/1": ("Service_Routing_Fault", "app/cartservice", "service_env_var_address_mismatch"),
     "infrastructure/1": ("Infrastructure_Fault", "node/worker-01", "containerd_unavailable"),
+    "infrastructure/45": ("Infrastructure_Fault", "node/worker-01", "node_network_packet_loss"),  # by its alerts
+    "performance/1": ("Performance_Fault", "app/adservice", "pod_cpu_overload"),
+    "performance/12": ("Performance_Fault", "app/adservice", "pod_network_delay"),
 }
 
 

@@ -1,12 +1,17 @@
 """Cloud-OpsBench's case folders (`<system>/<category>/<id>/`, LLM4Ops/Cloud-OpsBench): each a frozen snapshot of a
 Kubernetes cluster in a fault. `raw_data/k8s_states.json` maps each kubectl command line that was run to its text
-output (`get` tables and `describe`), read here into `k8s_objects` and `k8s_events` (`etl.kubectl`); the snapshot is
-the case's `SYSTEM/CATEGORY/ID`. `metadata.json` holds the case's label: the judge reads it, never the ETL.
+output (`get` tables and `describe`), read here into `k8s_objects` and `k8s_events` (`etl.kubectl`); `logs.json`
+(service -> the lines kubectl logs printed) into `k8s_logs`; `alert.json` (the alerts firing, each on a service or
+a node with its evidence lines) into `k8s_events` as type Alert. The snapshot is the case's `SYSTEM/CATEGORY/ID`.
+`metadata.json` holds the case's label: the judge reads it, never the ETL.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
+from contextlib import suppress
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,9 +23,9 @@ from .base import InputFile, Query
 
 NAME = "cloudopsbench"
 STATES = "k8s_states.json"
+READ = (STATES, "logs.json", "alert.json")
 SKIPPED = {"metadata.json": "the case's label and query: read by the judge, never by an answer",
            "tool_cache.json": "the benchmark's cached tool outputs: rcalab reads the raw snapshot",
-           "logs.json": "a case's container logs are not read yet", "alert.json": "a case's alerts are not read yet",
            "metrics.csv": "a case's metrics are not read yet"}
 OBJECTS = pa.schema([("snapshot", pa.string()), ("kind", pa.string()), ("namespace", pa.string()),
                      ("name", pa.string()), ("owner", pa.string()), ("labels", pa.string()), ("spec", pa.string()),
@@ -51,22 +56,34 @@ def discover(root: Path) -> list[InputFile]:
     files = []
     for case in cases(root):
         for path in sorted(p for p in case.rglob("*") if p.is_file()):
-            if path.name == STATES:
+            if path.name in READ and path.parent.name == "raw_data":
                 files.append(InputFile(path, "k8s"))
             else:
                 files.append(InputFile(path, "skip", SKIPPED.get(path.name, "not part of the snapshot rcalab reads")))
     return files
 
 
+LOGS = pa.schema([("snapshot", pa.string()), ("namespace", pa.string()), ("service", pa.string()),
+                  ("ts", pa.timestamp("us")), ("message", pa.string())])
+STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2}))\s")
+
+
 def query(con, file: InputFile) -> Query:
     try:
-        states = json.loads(file.path.read_text(encoding="utf-8", errors="replace"))
+        doc = json.loads(file.path.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError as e:
         raise LoadError(f"not JSON ({e})") from None
+    case = snapshot(file.path.parent.parent)
+    reader = {STATES: _states, "logs.json": _logs, "alert.json": _alerts}[file.path.name]
+    tables, notes = reader(doc, case)
+    return Query({table: f"select * from parsed_{table}" for table in tables},
+                 frames={f"parsed_{table}": rows for table, rows in tables.items()}, notes=notes)
+
+
+def _states(states, case: str) -> tuple[dict, list[str]]:
     if not isinstance(states, dict):
         raise LoadError("not a map of kubectl command lines to their output")
     objects, events, problems = kubectl.read_states(states)
-    case = snapshot(file.path.parent.parent)
     rows = [{"snapshot": case, "kind": o["kind"], "namespace": o["metadata"].get("namespace"),
              "name": o["metadata"]["name"], "owner": _owner(o), "labels": json.dumps(o["metadata"].get("labels") or {}),
              "spec": json.dumps(o["spec"]), "status": json.dumps(o["status"])} for o in objects]
@@ -76,9 +93,50 @@ def query(con, file: InputFile) -> Query:
              "age_s": e["ageSeconds"]} for e in events]
     notes = [f"{len(problems)} outputs not read ({problems[0]}{' ...' if len(problems) > 1 else ''}); the rest loaded"
              ] if problems else []
-    return Query({"k8s_objects": "select * from parsed_objects", "k8s_events": "select * from parsed_events"},
-                 frames={"parsed_objects": pa.Table.from_pylist(rows, OBJECTS),
-                         "parsed_events": pa.Table.from_pylist(said, EVENTS)}, notes=notes)
+    return {"k8s_objects": pa.Table.from_pylist(rows, OBJECTS), "k8s_events": pa.Table.from_pylist(said, EVENTS)}, notes
+
+
+def _logs(logs, case: str) -> tuple[dict, list[str]]:
+    """service -> its lines; a line that begins with an RFC 3339 time (kubectl logs --timestamps) keeps it."""
+    if not isinstance(logs, dict):
+        raise LoadError("not a map of services to their log lines")
+    rows, odd = [], []
+    for service, lines in logs.items():
+        if not isinstance(lines, list):
+            odd.append(service)
+            continue
+        for line in lines:
+            text = str(line)
+            stamp = STAMP.match(text)
+            when = None
+            if stamp:
+                with suppress(ValueError):
+                    when = dt.datetime.fromisoformat(stamp.group(1).replace("Z", "+00:00")).astimezone(
+                        dt.timezone.utc).replace(tzinfo=None)
+            rows.append({"snapshot": case, "namespace": None, "service": service, "ts": when,
+                         "message": text[stamp.end():] if when else text})
+    notes = [f"services whose logs are not a list of lines: {', '.join(odd[:5])}; the rest loaded"] if odd else []
+    return {"k8s_logs": pa.Table.from_pylist(rows, LOGS)}, notes
+
+
+def _alerts(doc, case: str) -> tuple[dict, list[str]]:
+    """Each alert's evidence lines as events of type Alert on the object alerted on; the reason is a line's kind
+    (`RESOURCE_SATURATION [cpu_cfs]`), the message the line."""
+    alerts = doc.get("alerts", []) if isinstance(doc, dict) else None
+    if not isinstance(alerts, list):
+        raise LoadError("no list of alerts")
+    rows, odd = [], 0
+    for alert in alerts:
+        if not isinstance(alert, dict) or not isinstance(alert.get("evidence"), list):
+            odd += 1
+            continue
+        for line in alert["evidence"]:
+            kind, _, rest = str(line).partition("|")
+            rows.append({"snapshot": case, "namespace": None, "object_kind": str(alert.get("type") or ""),
+                         "object_name": str(alert.get("name") or ""), "type": "Alert", "reason": kind.strip(),
+                         "message": str(line), "count": 1, "age_s": None})
+    notes = [f"{odd} alerts without an object's evidence list left out; the rest loaded"] if odd else []
+    return {"k8s_events": pa.Table.from_pylist(rows, EVENTS)}, notes
 
 
 def _owner(obj: dict) -> str | None:
