@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from etl import store
+from etl.loader import run_etl
 from features.bench import REPLAY_SCALE, Replay, cold, labelled_stores, ranking
-from features.cases import load_questions
+from features.cases import load_questions, snapshot_questions
 from features.digest import build_digest
 from reasoner.agent import openai_chat
 from reasoner.batch import run_batch, transcripts_path
@@ -153,3 +155,53 @@ def under_load(db: Path, input_json: Path, truth: Path) -> dict:
     out["slowest case against a slower endpoint, s"] = max(t["seconds"] for t in late)
     out["cases marked past the endpoint (fallback)"] = sum(t["status"] == "fallback" for t in late)
     return out
+
+
+BEST_AGENT = 0.73  # Cloud-OpsBench's own table: its best LLM agent's A@1 (DeepSeek-V3.2), as issue 72 quotes it
+
+
+def cluster(root: Path, out: Path, progress=lambda what: None) -> dict:
+    """The Kubernetes family on Cloud-OpsBench's case folders under `root`, as a user runs it (etl, questions,
+    diagnose --agent rank, judge --rules cloudopsbench): A@1, A@3 and the partial matches, over all and by category;
+    the load's seconds a case; and the best constant answer (the commonest label) as chance."""
+    from . import cloudopsbench
+
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "cluster.duckdb"
+    for path in out.glob("cluster.duckdb*"):  # a store of its own, loaded afresh
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    progress("loading the case folders")
+    started = time.perf_counter()
+    run_etl(root, db)
+    load_seconds = time.perf_counter() - started
+    con = store.connect(db, read_only=True)
+    try:
+        asked = snapshot_questions(store.cursor(con))
+    finally:
+        con.close()
+    questions_file, answers = out / "cluster-input.json", out / "cluster-answers.jsonl"
+    questions_file.write_text(json.dumps(asked))
+    answers.unlink(missing_ok=True)
+    transcripts_path(answers).unlink(missing_ok=True)
+    progress(f"answering {len(asked)} cases")
+    started = time.perf_counter()
+    run_batch(db, load_questions(questions_file), answers, None, model="rank")
+    answer_seconds = time.perf_counter() - started
+    judged = cloudopsbench.evaluate(root, answers)
+    labels = cloudopsbench.labels(root)
+    rows = {json.loads(line)["uuid"]: json.loads(line) for line in answers.read_text().splitlines()}
+    by_category: dict[str, dict] = {}
+    for uuid, want in labels.items():
+        first = [tuple(str(p.get(f, "")).lower() for f in cloudopsbench.FIELDS)
+                 for p in rows.get(uuid, {}).get("top_3_predictions", [])]
+        c = by_category.setdefault(uuid.split("/")[1], {"cases": 0, "A@1": 0, "A@3": 0})
+        c["cases"] += 1
+        c["A@1"] += bool(first) and first[0] == want
+        c["A@3"] += want in first[:3]
+    commonest = max(set(labels.values()), key=list(labels.values()).count)
+    return {**judged["summary"], "constant": round(list(labels.values()).count(commonest) / len(labels), 4),
+            "best_agent": BEST_AGENT, "load_seconds_per_case": round(load_seconds / len(labels), 3),
+            "answer_seconds_per_case": round(answer_seconds / len(labels), 3),
+            "by_category": {k: {"cases": v["cases"], "A@1": round(v["A@1"] / v["cases"], 3),
+                                "A@3": round(v["A@3"] / v["cases"], 3)} for k, v in sorted(by_category.items())},
+            "misses": judged["misses"]}

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from rcalab.errors import shown
 
-BENCHES = ("testbed", "etl", "scale", "store", "wide", "load", "rank", "systems", "diagnose", "detect")
+BENCHES = ("testbed", "etl", "scale", "store", "wide", "load", "rank", "systems", "cluster", "diagnose", "detect")
 PAGE = Path("docs/benchmarks.md")  # each bench rewrites its own section
 
 
@@ -33,6 +33,7 @@ class Settings:
     random: int = 10  # cases of each fault type a system applies, drawn at random (systems: systems drawn)
     systems: list[str] = field(default_factory=list)
     seed: int = 1  # systems: which systems are drawn
+    cases: Path | None = None  # cluster: Cloud-OpsBench's case folders
 
 
 def cell(text) -> str:
@@ -106,6 +107,13 @@ def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
     replays = _replays(Settings(settings.out, systems=paths), SYSTEM_CASES)
     result = run(replays, [], scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranking)
     return result, [rank_table(result), baselines_table(result)]
+
+
+def _cluster(settings: Settings, progress) -> tuple[dict, list[Table]]:
+    from judge.bench import cluster
+
+    result = cluster(Path(settings.cases), settings.out / "cluster", progress)
+    return result, [cluster_table(result)]
 
 
 def _diagnose(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -194,7 +202,7 @@ def _load(settings: Settings, progress) -> tuple[dict, list[Table]]:
 
 
 MEASURES = {"testbed": _testbed, "etl": _etl, "scale": _scale, "store": _store, "wide": _wide, "load": _load,
-            "rank": _rank, "systems": _systems, "diagnose": _diagnose, "detect": _detect}
+            "rank": _rank, "systems": _systems, "cluster": _cluster, "diagnose": _diagnose, "detect": _detect}
 
 
 def measure_table(what: str, result: dict) -> Table:
@@ -250,6 +258,22 @@ def rank_table(result: dict) -> Table:
                           f"{t['top1_exact']:.2f}")
         table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
                       f"[bold]{r['top3']:.3f}[/]", f"[bold]{r['top1_exact']:.3f}[/]", end_section=True)
+    return table
+
+
+def cluster_table(result: dict) -> Table:
+    table = Table(title=f"the cluster's state: Cloud-OpsBench's {result['cases']} development cases, the rank agent",
+                  caption=f"the llm agent answers a snapshot as rank does (the model is not asked); load "
+                          f"{result['load_seconds_per_case']:.2f} s and answer {result['answer_seconds_per_case']:.3f} "
+                          f"s a case; chance: the commonest label, A@1 {result['constant']:.3f}; the benchmark's best "
+                          f"LLM agent: A@1 {result['best_agent']:.2f}")
+    for col in ("category", "cases", "A@1", "A@3"):
+        table.add_column(col, justify="left" if col == "category" else "right")
+    for category, r in result["by_category"].items():
+        table.add_row(category, str(r["cases"]), f"{r['A@1']:.2f}", f"{r['A@3']:.2f}")
+    table.add_row("[bold]all[/]", str(result["cases"]), f"[bold]{result['A@1']:.3f}[/]",
+                  f"[bold]{result['A@3']:.3f}[/]", end_section=True)
+    table.add_row("object@1, cause@1", "", f"{result['object@1']:.3f}", f"{result['cause@1']:.3f}")
     return table
 
 

@@ -84,11 +84,14 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt):
                    "(a schedule no one tuned to; 0: none), saved as OUT/random-SYSTEM.jsonl; detect: half a day of "
                    "each system, a random fault an hour (0: none); systems: draw this many systems.")
 @click.option("--seed", type=int, default=1, show_default=True, help="systems: which systems are drawn.")
+@click.option("--cases", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("../shared/cloudopsbench"), show_default=True,
+              help="cluster: Cloud-OpsBench's case folders (the development cases).")
 @click.option("--system", "systems", multiple=True,
               help="testbed, rank, diagnose, detect: the systems to simulate (a shipped name or a description file; "
                    "default: every shipped system).")
 @reports_errors
-def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, systems):
+def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, cases, systems):
     """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.
 
     testbed times one simulated day (and a day of each system at 0.01) and checks the fault signatures of each
@@ -97,7 +100,8 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, s
     a system of 10,000 pods (three faults an hour apart and the hour before); load runs diagnose on sixteen
     cases, eight at once, against a stand-in endpoint that answers at once and one slower than the time limit;
     rank ranks every case of each system's random schedule, of the phase-one replay and of the real days; systems
-    ranks a random schedule (five cases of every fault type) of each of RANDOM systems drawn at random; diagnose
+    ranks a random schedule (five cases of every fault type) of each of RANDOM systems drawn at random; cluster
+    answers Cloud-OpsBench's case folders from the cluster's state and judges them as the benchmark does; diagnose
     runs both agents on a sample of each (SAMPLE of every fault type); detect finds the incidents of a simulated day
     of each system and of each real day, and scores the confidence.
 
@@ -106,7 +110,8 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, s
     from rcalab.bench import Settings, run
     from testbed.system import shipped_names
 
-    settings = Settings(out, scale, nezha, sample, schedule, list(real), random, list(systems) or shipped_names(), seed)
+    settings = Settings(out, scale, nezha, sample, schedule, list(real), random, list(systems) or shipped_names(), seed,
+                        cases)
     with working(what) as update:
         tables = run(what, settings, page, update)
     for table in tables:
