@@ -12,7 +12,11 @@ Text is untrusted: every parser returns what it could read and raises `ValueErro
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import re
+
+import pyarrow as pa
 
 DASHES = re.compile(r"^\s*-{2,}(\s+-{2,})*\s*$")
 KEY = re.compile(r"^(\s*)([^\s:][^:]*?):(?:\s+(.*?))?\s*$")
@@ -300,9 +304,11 @@ def _endpoints(t: dict) -> tuple[dict, dict]:
 def _node(t: dict) -> tuple[dict, dict]:
     conditions = [{"type": r.get("Type"), "status": r.get("Status"), "reason": r.get("Reason"),
                    "message": r.get("Message")} for r in _rows(t.get("Conditions"))]
+    pods = [{"namespace": r.get("Namespace"), "name": r.get("Name")} for r in _rows(t.get("_rows"))
+            if r.get("Namespace") and r.get("Name")]  # the Non-terminated Pods table
     return ({"unschedulable": t.get("Unschedulable") == "true", "taints": _lines(t.get("Taints"))},
             {"conditions": conditions, "capacity": t.get("Capacity") or {}, "allocatable": t.get("Allocatable") or {},
-             "allocated": t.get("Allocated resources") or {}})
+             "pods": pods})
 
 
 def _claim(t: dict) -> tuple[dict, dict]:
@@ -401,8 +407,9 @@ def read_states(states: dict[str, str]) -> tuple[list[dict], list[dict], list[st
                 found = []
             else:
                 found = []
-        except (ValueError, KeyError, IndexError) as e:
-            problems.append(f"{line[:120]}: {e}")
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:  # text of a shape not foreseen
+            problems.append(f"{line[:120]}: " + (str(e) if isinstance(e, ValueError) else
+                                                  f"a shape not read ({type(e).__name__}: {e})"))
             continue
         for event in found:
             o = event["involvedObject"]
@@ -412,3 +419,100 @@ def read_states(states: dict[str, str]) -> tuple[list[dict], list[dict], list[st
 
 
 CLUSTER_WIDE = {"Node", "PersistentVolume", "StorageClass", "Namespace"}
+
+
+OBJECTS = pa.schema([("snapshot", pa.string()), ("kind", pa.string()), ("namespace", pa.string()),
+                     ("name", pa.string()), ("owner", pa.string()), ("labels", pa.string()), ("spec", pa.string()),
+                     ("status", pa.string()), ("seen", pa.timestamp("us"))])
+EVENTS = pa.schema([("snapshot", pa.string()), ("namespace", pa.string()), ("object_kind", pa.string()),
+                    ("object_name", pa.string()), ("type", pa.string()), ("reason", pa.string()),
+                    ("message", pa.string()), ("count", pa.int32()), ("first_seen", pa.timestamp("us")),
+                    ("last_seen", pa.timestamp("us")), ("age_s", pa.float64())])
+
+
+def tables(objects: list[dict], events: list[dict], snapshot: str | None, seen: dt.datetime | None = None
+           ) -> dict[str, pa.Table]:
+    """Objects and events as rows of `k8s_objects` and `k8s_events` (Arrow tables, for the loader)."""
+    rows = [{"snapshot": snapshot, "kind": o["kind"], "namespace": o["metadata"].get("namespace"),
+             "name": o["metadata"]["name"], "owner": _owner(o), "labels": json.dumps(o["metadata"].get("labels") or {}),
+             "spec": json.dumps(o.get("spec") or {}), "status": json.dumps(o.get("status") or {}),
+             "seen": o.get("seen", seen)} for o in objects]
+    said = [{"snapshot": snapshot, "namespace": e["involvedObject"].get("namespace"),
+             "object_kind": e["involvedObject"].get("kind"), "object_name": e["involvedObject"].get("name"),
+             "type": e.get("type"), "reason": e.get("reason"), "message": e.get("message"), "count": e.get("count"),
+             "first_seen": e.get("firstSeen"), "last_seen": e.get("lastSeen"), "age_s": e.get("ageSeconds")}
+            for e in events]
+    return {"k8s_objects": pa.Table.from_pylist(rows, OBJECTS), "k8s_events": pa.Table.from_pylist(said, EVENTS)}
+
+
+def _owner(obj: dict) -> str | None:
+    refs = obj["metadata"].get("ownerReferences")
+    first = refs[0] if isinstance(refs, list) and refs and isinstance(refs[0], dict) else None
+    return f"{first.get('kind')}/{first.get('name')}" if first else None
+
+
+MAX_OBJECT = 3 * 2**20 // 2  # bytes: the API server's etcd refuses a larger object, so none is real
+
+
+def from_json(items: list, seen: dt.datetime | None = None) -> tuple[list[dict], list[dict], list[str]]:
+    """Objects as Kubernetes writes them (`kubectl get -o json`, a watch's object): each Event (core/v1 or
+    events.k8s.io/v1) among them as an event, the rest as objects of their kind; a line for each left out."""
+    objects, events, problems = [], [], []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict) or not isinstance(
+                item.get("kind"), str) or not isinstance(item["metadata"].get("name", ""), str):
+            problems.append(f"an item without kind and metadata: {str(item)[:80]}")
+            continue
+        name = item["metadata"].get("name") or "?"
+        size = len(json.dumps(item))
+        if size > MAX_OBJECT:
+            problems.append(f"{item['kind']} {name}: {size:,} bytes, larger than any object Kubernetes keeps")
+            continue
+        if item["kind"] == "Event":
+            event = _event_json(item)
+            if event is None:
+                problems.append(f"event {name}: no object involved")
+            else:
+                events.append(event)
+            continue
+        meta = {k: item["metadata"].get(k) for k in ("name", "namespace", "ownerReferences")}
+        labels = item["metadata"].get("labels")
+        meta["labels"] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+        objects.append({"kind": item["kind"], "metadata": meta, "spec": item.get("spec") or
+                        {k: v for k, v in item.items() if k not in ("kind", "apiVersion", "metadata", "status")},
+                        "status": item.get("status") or {}, "seen": seen})
+    return objects, events, problems
+
+
+def _event_json(item: dict) -> dict | None:
+    involved = item.get("involvedObject") or item.get("regarding")
+    if not isinstance(involved, dict) or not involved.get("name"):
+        return None
+    series = item.get("series") if isinstance(item.get("series"), dict) else {}
+    return {"kind": "Event", "type": item.get("type", ""), "reason": item.get("reason", ""),
+            "message": item.get("message") or item.get("note") or "",
+            "count": item.get("count") or item.get("deprecatedCount") or series.get("count") or 1,
+            "firstSeen": _time(item.get("firstTimestamp") or item.get("deprecatedFirstTimestamp")
+                               or item.get("eventTime")),
+            "lastSeen": _time(item.get("lastTimestamp") or item.get("deprecatedLastTimestamp")
+                              or series.get("lastObservedTime") or item.get("eventTime")),
+            "ageSeconds": None,
+            "involvedObject": {"kind": involved.get("kind"), "name": involved.get("name"),
+                               "namespace": involved.get("namespace") or item["metadata"].get("namespace")}}
+
+
+def _time(text) -> dt.datetime | None:
+    """An RFC 3339 time as naive UTC, or None."""
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(dt.timezone.utc).replace(
+            tzinfo=None) if text else None
+    except ValueError:
+        return None
+
+
+def left_out(problems: list[str], what: str) -> list[str]:
+    """The manifest's line for the parts of a file left out: how many, the first three by name."""
+    if not problems:
+        return []
+    shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
+    return [f"{len(problems)} {what} left out ({shown}); the rest loaded"]

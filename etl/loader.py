@@ -32,7 +32,7 @@ from rcalab.errors import LoadError, StoreError
 from rcalab.tasks import run_tasks
 
 from . import store
-from .adapters import ADAPTERS, TABLES, InputFile, adapter_for
+from .adapters import ADAPTERS, TABLES, InputFile, adapter_for, kubernetes
 from .loglines import event_sql, level_sql, mask_sql, mine_new
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,10 @@ def _in_day(path: Path, key: str) -> bool:
 
 
 def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -> None:
-    files = adapter.discover(dump)
+    found = adapter.discover(dump)
+    listed = {f.path for f in found}
+    beside = (kubernetes.claim(InputFile(p, "skip")) for p in kubernetes.candidates(dump) if p not in listed)
+    files = [kubernetes.claim(f) for f in found] + [f for f in beside if f.kind == kubernetes.KIND]
     known = {row[0]: row[1:] for row in con.execute("select path, bytes, mtime, status, file_id from manifest").fetchall()}
     present = {str(f.path) for f in files}
     tag = _tag(dump)
@@ -415,7 +418,8 @@ def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
         raise LoadError(src.reason)
     table = TABLES[src.kind][0]
     path = Path(src.path)
-    query = adapter.query(con, InputFile(path, src.kind, src.reason))
+    reader = kubernetes if src.kind == kubernetes.KIND else adapter
+    query = reader.query(con, InputFile(path, src.kind, src.reason))
     select, params, fid = query.sql, query.params, src.file_id
     left_out: list[str] = []
     for name, frame in query.frames.items():

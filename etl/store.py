@@ -129,6 +129,7 @@ MIGRATIONS = [
     ("a snapshot's container logs", """
     create table k8s_logs (snapshot text, namespace text, service text, ts timestamp, message text, file_id integer);
     """),
+    ("when an object was seen", "alter table k8s_objects add column seen timestamp;"),
 ]
 # A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
 # tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
@@ -175,8 +176,9 @@ DESCRIPTIONS = {
                          "template:ID; in a track of their own, the calls a span made)",
     "k8s_objects": "Kubernetes objects as a cluster's state shows them: kind, namespace, name, owner (kind/name), labels, "
                    "spec and status in Kubernetes' own JSON (a text snapshot's fields where kubectl describe prints "
-                   "them, its whole layout under status.describe); snapshot names a frozen cluster's state (a case "
-                   "folder), null for a live cluster's exports",
+                   "them, its whole layout under status.describe), and when it was seen (an export's time, a "
+                   "Collector record's); snapshot names a frozen cluster's state (a case folder), null for a live "
+                   "cluster's exports",
     "k8s_events": "Kubernetes events: the object involved, type, reason, message, count, first and last time where "
                   "known (age_s: seconds before the snapshot where only that is known); a snapshot's alerts too, "
                   "as type Alert (the object alerted on, the alert's kind as reason, its evidence as message)",

@@ -50,6 +50,8 @@ class Option:
 
 
 def fault_type(item: Item, level: str) -> str:
+    if item.kind == "state":  # the cluster's own words name it, in its taxonomy
+        return item.key
     if item.kind in ("log", "trace") and item.signal in ("log", "errors"):
         word = next((t for pattern, t in WORDS if pattern.search(item.text)), None)
         if word:

@@ -18,6 +18,7 @@ from etl import store
 from features.cases import Question
 from features.digest import Digest, build_digest
 from features.evidence import Window
+from features.evidence.kubernetes import findings
 from features.graph import dependency_graph
 from features.path import STATUS, calls_by_edge, calls_graph, troubled, walked
 from rcalab.errors import OutputError, read_text
@@ -220,7 +221,48 @@ def _table(head: list[str], rows: list[list]) -> str:
     return out + "</table>"
 
 
+def snapshot_page(con, q: Question, answer: dict | None) -> str:
+    """A frozen cluster's case: the answer, every finding with the words it rests on, and the objects of the answer
+    with their status, their events and alerts, and their service's log lines that name a failure."""
+    e = html.escape
+    found = findings(con, q.snapshot)
+    parts = [f"<!doctype html><meta charset='utf-8'><title>{e(q.uuid)}</title><style>{STYLE}</style>",
+             f"<h1>Case {e(q.uuid)}</h1><p>{e(q.description)}</p>"]
+    if answer:
+        parts.append(f"<h2>Answer</h2><p class='answer'><b>{e(answer['component'])}</b>: {e(answer['reason'])}</p>")
+    else:
+        parts.append("<h2>Answer</h2><p>none: every workload, pod, service and node looks as it should.</p>")
+    parts.append("<h2>Findings</h2>" + _table(["#", "object", "fault type", "category", "the cluster's words"],
+                                              [[i, f.component, f.root_cause, f.taxonomy, " | ".join(f.evidence)]
+                                               for i, f in enumerate(found, 1)]))
+    if found:
+        kind, _, name = found[0].component.partition("/")
+        like = name + "%" if kind == "app" else name
+        kinds = {"app": ("Deployment", "ReplicaSet", "Pod", "Service", "PersistentVolumeClaim"), "node": ("Node",),
+                 "namespace": ("ResourceQuota",)}.get(kind, ())
+        objects = con.execute("""select kind, name, status->>'$.phase', status->>'$.conditions'
+                                 from k8s_objects where snapshot = ? and name like ? and list_contains(?, kind)
+                                 order by kind, name""", [q.snapshot, like, list(kinds)]).fetchall()
+        parts.append(f"<h2>The objects of {e(found[0].component)}</h2>" +
+                     (_table(["kind", "name", "phase", "conditions"], [list(r) for r in objects]) if objects
+                      else "<p>none listed</p>"))
+        events = con.execute("""select type, object_kind, object_name, reason, count, message from k8s_events
+                                where snapshot = ? and object_name like ? and type <> 'Normal'
+                                order by age_s nulls last limit ?""", [q.snapshot, like, MAX_LINES]).fetchall()
+        parts.append("<h2>Their events and alerts</h2>" +
+                     (_table(["type", "kind", "object", "reason", "count", "message"], [list(r) for r in events])
+                      if events else "<p>none</p>"))
+        lines = con.execute("""select message from k8s_logs where snapshot = ? and service = ?
+                               and regexp_matches(lower(message), 'error|fail|denied|refused|fatal|exception')
+                               limit ?""", [q.snapshot, name, MAX_LINES]).fetchall()
+        parts.append(f"<h2>Log lines of {e(name)} that name a failure</h2>" +
+                     (_table(["line"], [[message(m)[:300]] for m, in lines]) if lines else "<p>none</p>"))
+    return "\n".join(parts)
+
+
 def case_page(con, q: Question, answer: dict | None, transcript: dict | None) -> str:
+    if q.snapshot:
+        return snapshot_page(con, q, answer)
     w = Window.around(q.start, q.end)
     digest = build_digest(con, q)
     component = (answer or {}).get("component") or (digest.candidates[0].component if digest.candidates else "")

@@ -323,6 +323,17 @@ def digest(db, input_, uuid, as_json):
     question = next((q for q in load_questions(input_) if q.uuid == uuid), None)
     if question is None:
         raise RcalabError(f"{input_}: no case with uuid {uuid}")
+    if question.snapshot:  # a frozen cluster's state: its findings are its evidence
+        from etl.store import cursor
+        from features.evidence.kubernetes import findings
+
+        found = findings(cursor(connect(db, read_only=True)), question.snapshot)
+        rows = [{"object": f.component, "fault_taxonomy": f.taxonomy, "root_cause": f.root_cause,
+                 "evidence": f.evidence} for f in found]
+        echo(json.dumps(rows, indent=2) if as_json else
+             "\n".join(f"{i}. {r['object']}: {r['root_cause']} ({r['fault_taxonomy']}): " + " | ".join(r["evidence"])
+                       for i, r in enumerate(rows, 1)) or "no finding: the cluster's state looks as it should")
+        return
     result = build_digest(connect(db, read_only=True), question)
     echo(json.dumps(result.as_json(), indent=2) if as_json else result.text)
 
@@ -385,8 +396,8 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
         from judge.notebooks import render_notebooks
         from judge.pages import write_pages
 
-        with working("running the notebooks on the store"):
-            notebooks = render_notebooks(db, input_, pages)
+        with working("running the notebooks on the store"):  # a day's notebooks: snapshots have no day
+            notebooks = {} if all(q.snapshot for q in questions) else render_notebooks(db, input_, pages)
         write_pages(db, questions, out, pages, notebooks)
         echo(f"pages: {pages / 'index.html'}")
     for kind, cases in (("fallback", report.fallback), ("unanswered", report.failed),

@@ -1,7 +1,9 @@
 """The cluster's own state: kubectl's text read back into Kubernetes objects and events, and Cloud-OpsBench's case
 folders loaded into `k8s_objects` and `k8s_events`."""
 
+import datetime as dt
 import json
+import os
 import shutil
 
 import pytest
@@ -156,7 +158,7 @@ def test_case_folders_are_answered_and_judged_end_to_end_and_no_answer_reads_a_l
         questions, answers = tmp_path / f"{name}-input.json", tmp_path / f"{name}.jsonl"
         assert runner.invoke(cli, ["questions", "--db", str(db), "--out", str(questions)]).exit_code == 0
         result = runner.invoke(cli, ["diagnose", "--agent", "llm", "--db", str(db), "--input", str(questions),
-                                     "--out", str(answers)])
+                                     "--out", str(answers), "--report", str(tmp_path / f"{name}-pages")])
         assert result.exit_code == 0, result.output
         return questions, answers
 
@@ -169,6 +171,8 @@ def test_case_folders_are_answered_and_judged_end_to_end_and_no_answer_reads_a_l
                                          "cases": len(EXPECTED), "answered": len(EXPECTED)}
     first = json.loads(answers.read_text().splitlines()[0])
     assert first["top_3_predictions"][0].keys() == {"fault_taxonomy", "fault_object", "root_cause"}
+    page = (tmp_path / "labelled-pages" / "case-0001.html").read_text()  # what the answer rests on
+    assert "The objects of app/adservice" in page and "FailedCreate" in page
 
     bare = tmp_path / "bare"
     shutil.copytree(cases_store.parent / "boutique", bare / "boutique")
@@ -177,3 +181,164 @@ def test_case_folders_are_answered_and_judged_end_to_end_and_no_answer_reads_a_l
                                     if k not in ("result", "process")}))
     _, unlabelled = run(bare, tmp_path / "bare.duckdb", "bare")
     assert unlabelled.read_text() == answers.read_text()
+
+
+def _otlp_value(value):
+    """A Python value as an OTLP AnyValue, as the Collector's JSON writes one."""
+    if isinstance(value, dict):
+        return {"kvlistValue": {"values": [{"key": k, "value": _otlp_value(v)} for k, v in value.items()]}}
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [_otlp_value(v) for v in value]}}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    return {"stringValue": str(value)}
+
+
+PENDING = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "cart-5f9c-x2x", "namespace": "shop", "labels": {"app": "cart"},
+                        "ownerReferences": [{"kind": "ReplicaSet", "name": "cart-5f9c"}], "managedFields": [{}]},
+           "spec": {"containers": [{"name": "server", "image": "cart:1"}]},
+           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}}
+SCHEDULING = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "cart-5f9c-x2x.1", "namespace": "shop"},
+              "involvedObject": {"kind": "Pod", "name": "cart-5f9c-x2x", "namespace": "shop"},
+              "reason": "FailedScheduling", "type": "Warning", "count": 3,
+              "message": "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: db}.",
+              "firstTimestamp": "2025-06-06T10:00:00Z", "lastTimestamp": "2025-06-06T10:04:00Z"}
+
+
+def test_a_cluster_s_exports_beside_a_telemetry_dump_load_into_the_same_tables(tmp_path):
+    """kubectl get -o json (a List with an event, a kind rcalab does not know, an event with no object and an object
+    larger than Kubernetes keeps) and the Collector's k8sobjects records (a watch's event) beside an RCAEval case."""
+    from test_rcaeval import case
+
+    case(tmp_path / "dump", "cartservice", "cpu", "cpu")
+    k8s = tmp_path / "dump" / "k8s"
+    k8s.mkdir()
+    huge = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "huge", "namespace": "shop"},
+            "data": {"blob": "x" * (2 * 2**20)}}
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "shop"},
+              "spec": {"size": 3}}
+    orphan = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "lost", "namespace": "shop"},
+              "reason": "Odd", "message": "no object"}
+    (k8s / "pods.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                               "items": [PENDING, SCHEDULING, widget, orphan, huge]}, indent=4))
+    record = {"timeUnixNano": "1749204300000000000", "body": _otlp_value({"type": "MODIFIED", "object": {
+        **PENDING, "metadata": {**PENDING["metadata"], "name": "cart-5f9c-y7y"}}}),
+        "attributes": [{"key": "event.domain", "value": {"stringValue": "k8s"}},
+                       {"key": "event.name", "value": {"stringValue": "Pod"}}]}
+    (k8s / "objects.jsonl").write_text(json.dumps({"resourceLogs": [{"resource": {}, "scopeLogs": [
+        {"scope": {}, "logRecords": [record]}]}]}) + "\n")
+    db = tmp_path / "store.duckdb"
+    result = CliRunner().invoke(cli, ["etl", str(tmp_path / "dump"), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    con = store.connect(db, read_only=True)
+    rows = con.execute("select kind, name, owner, seen, spec->>'$.containers[0].image', labels->>'$.app' "
+                       "from k8s_objects order by name").fetchall()
+    assert [r[:3] for r in rows] == [("Pod", "cart-5f9c-x2x", "ReplicaSet/cart-5f9c"),
+                                     ("Pod", "cart-5f9c-y7y", "ReplicaSet/cart-5f9c"), ("Widget", "w", None)]
+    assert rows[1][3] == dt.datetime(2025, 6, 6, 10, 5) and rows[0][4:] == ("cart:1", "cart")
+    event, = con.execute("select object_kind, object_name, reason, count, first_seen, last_seen "
+                         "from k8s_events").fetchall()
+    assert event == ("Pod", "cart-5f9c-x2x", "FailedScheduling", 3, dt.datetime(2025, 6, 6, 10),
+                     dt.datetime(2025, 6, 6, 10, 4))
+    said, = con.execute("select error from manifest where path like '%pods.json'").fetchall()[0]
+    assert "event lost: no object involved" in said and "ConfigMap huge" in said and "the rest loaded" in said
+    assert con.execute("select count(*) from metric_points").fetchall()[0][0]  # the telemetry loaded as before
+
+
+def _deployment(name, replicas=1, containers=None, labels=None):
+    labels = labels or {"app": name}
+    containers = containers or [{"name": "server", "image": f"{name}:1", "ports": [{"containerPort": 8080}]}]
+    return {"kind": "Deployment", "metadata": {"name": name, "namespace": "shop", "labels": labels},
+            "spec": {"replicas": replicas, "selector": labels,
+                     "template": {"metadata": {"labels": labels}, "spec": {"containers": containers}}},
+            "status": {"replicas": replicas, "availableReplicas": replicas}}
+
+
+def _pod(name, app, containers=None, phase="Running", namespace="shop", node="worker-1", **status):
+    containers = containers or [{"name": "server", "image": f"{app}:1", "ports": [{"containerPort": 8080}]}]
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": {"app": app},
+                                        "ownerReferences": [{"kind": "ReplicaSet", "name": name.rsplit("-", 1)[0]}]},
+            "spec": {"nodeName": node, "containers": containers}, "status": {"phase": phase, **status}}
+
+
+def _event(kind, name, reason, message, namespace="shop"):
+    return {"kind": "Event", "metadata": {"name": f"{name}.1", "namespace": namespace}, "type": "Warning",
+            "reason": reason, "message": message, "involvedObject": {"kind": kind, "name": name,
+                                                                     "namespace": namespace}}
+
+
+GRPC = [{"name": "server", "image": "cart:1", "ports": [{"containerPort": 7070}],
+         "livenessProbe": {"grpc": {"port": 7070}, "periodSeconds": 5}}]
+TINY = {  # a cluster's state as its exports show it: the cause, and the finding it must give
+    "deployment_zero_replicas": ([_deployment("cart", replicas=0),  # beside objects of shapes no cluster writes
+                                  {**_pod("odd-1-x", "odd"), "spec": {"containers": {"a": 1}, "nodeName": 5},
+                                   "status": {"phase": "Pending", "conditions": "none", "containerStatuses": [7]}}],
+                                 "app/cart"),
+    "missing_image_pull_secret": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", phase="Pending", containerStatuses=[
+        {"name": "server", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]),
+        _event("Pod", "cart-5f9c-x2x", "Failed", 'Failed to pull image "private/cart:1": pull access denied, '
+                                                   "repository does not exist or may require authorization")],
+        "app/cart"),
+    "service_sidecar_port_conflict": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", containers=[
+        {"name": "server", "ports": [{"containerPort": 15021}]},
+        {"name": "istio-proxy", "ports": [{"containerPort": 15090}]}])], "app/cart"),
+    "service_protocol_mismatch": ([_deployment("cart", containers=GRPC), _pod("cart-5f9c-x2x", "cart", containers=GRPC),
+                                   {"kind": "Service", "metadata": {"name": "cart", "namespace": "shop"},
+                                    "spec": {"selector": {"app": "cart"},
+                                             "ports": [{"name": "http-cart", "port": 7070, "targetPort": 7070}]}}],
+                                  "app/cart"),
+    "kube_proxy_unavailable": ([_pod("kube-proxy-x2x4p", "kube-proxy", phase="Failed", namespace="kube-system",
+                                     node="worker-2")], "node/worker-2"),
+    "pod_anti_affinity_conflict": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", phase="Pending", node=None),
+                                    _event("Pod", "cart-5f9c-x2x", "FailedScheduling",
+                                           "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.")],
+                                   "app/cart"),
+}
+
+
+@pytest.mark.parametrize("cause", TINY)
+def test_each_kind_of_cause_on_a_tiny_cluster(tmp_path, cause):
+    """Fault types no development case shows, each in the words Kubernetes writes it."""
+    items, component = TINY[cause]
+    objects, events, problems = kubectl.from_json(items)
+    assert not problems
+    con = store.connect(tmp_path / "tiny.duckdb")
+    for table, rows in kubectl.tables(objects, events, None).items():
+        con.register("rows", rows)
+        con.execute(f"insert into {table} by name select * from rows")
+    top = findings(con, None)[0]
+    assert (top.component, top.root_cause) == (component, cause), top
+
+
+def test_the_cluster_s_state_joins_the_ranking_of_a_telemetry_window(tmp_path):
+    """The frontend's latency rose; the cluster says why: the pod behind it was killed for its memory. Without the
+    export the ranking names the frontend; with it, the cartservice, for the cluster's reason."""
+    from features.cases import load_questions
+    from features.digest import build_digest
+    from test_rcaeval import INJECT, case
+
+    def top(dump, name):
+        db, cases = tmp_path / f"{name}.duckdb", tmp_path / f"{name}-cases"
+        assert CliRunner().invoke(cli, ["etl", str(dump), "--db", str(db)]).exit_code == 0
+        assert CliRunner().invoke(cli, ["cases", str(dump), "--out", str(cases)]).exit_code == 0
+        con = store.connect(db, read_only=True)
+        digest = build_digest(con, load_questions(cases / "input.json")[0])
+        first = digest.candidates[0].component
+        return first, digest.options.get(first, [None])[0]
+
+    dump = tmp_path / "dump"
+    case(dump, "frontend", "latency", "latency-50")
+    assert top(dump, "telemetry")[0] == "frontend"
+    oom = _pod("cartservice-5f9c-x2x", "cartservice", containerStatuses=[
+        {"name": "server", "ready": False, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}])
+    export = dump / "k8s" / "state.json"
+    export.parent.mkdir()
+    export.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [oom]}, indent=2))
+    when = INJECT + 5 * 60  # exported five minutes into the fault
+    os.utime(export, (when, when))
+    component, option = top(dump, "with-state")
+    assert component == "cartservice" and option.fault_type == "oom_killed", (component, option)

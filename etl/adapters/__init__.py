@@ -7,15 +7,16 @@ from pathlib import Path
 
 from rcalab.errors import DumpError
 
-from . import challenge2025, cloudopsbench, nezha, otlp, rcaeval
+from . import challenge2025, cloudopsbench, kubernetes, nezha, otlp, rcaeval
 from .base import InputFile, Query, ident
 
-__all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident"]
+__all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident", "kubernetes"]
 
 ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha, "otlp": otlp, "rcaeval": rcaeval,
             "cloudopsbench": cloudopsbench}
 TABLES = {"metric": ("metric_points",), "log": ("log_lines",), "trace": ("spans",), "calls": ("declared_calls",),
-          "k8s": ("k8s_objects", "k8s_events", "k8s_logs")}  # the tables a file of each kind fills
+          "k8s": ("k8s_objects", "k8s_events", "k8s_logs"), kubernetes.KIND: ("k8s_objects", "k8s_events")}
+# the tables a file of each kind fills; a cluster's exports beside any dump are read by `kubernetes` (its KIND)
 
 
 def adapter_for(root: Path, fmt: str = "auto"):

@@ -27,12 +27,6 @@ READ = (STATES, "logs.json", "alert.json")
 SKIPPED = {"metadata.json": "the case's label and query: read by the judge, never by an answer",
            "tool_cache.json": "the benchmark's cached tool outputs: rcalab reads the raw snapshot",
            "metrics.csv": "a case's metrics are not read yet"}
-OBJECTS = pa.schema([("snapshot", pa.string()), ("kind", pa.string()), ("namespace", pa.string()),
-                     ("name", pa.string()), ("owner", pa.string()), ("labels", pa.string()), ("spec", pa.string()),
-                     ("status", pa.string())])
-EVENTS = pa.schema([("snapshot", pa.string()), ("namespace", pa.string()), ("object_kind", pa.string()),
-                    ("object_name", pa.string()), ("type", pa.string()), ("reason", pa.string()),
-                    ("message", pa.string()), ("count", pa.int32()), ("age_s", pa.float64())])
 
 
 def cases(root: Path) -> list[Path]:
@@ -84,16 +78,7 @@ def _states(states, case: str) -> tuple[dict, list[str]]:
     if not isinstance(states, dict):
         raise LoadError("not a map of kubectl command lines to their output")
     objects, events, problems = kubectl.read_states(states)
-    rows = [{"snapshot": case, "kind": o["kind"], "namespace": o["metadata"].get("namespace"),
-             "name": o["metadata"]["name"], "owner": _owner(o), "labels": json.dumps(o["metadata"].get("labels") or {}),
-             "spec": json.dumps(o["spec"]), "status": json.dumps(o["status"])} for o in objects]
-    said = [{"snapshot": case, "namespace": e["involvedObject"].get("namespace"),
-             "object_kind": e["involvedObject"].get("kind"), "object_name": e["involvedObject"].get("name"),
-             "type": e["type"], "reason": e["reason"], "message": e["message"], "count": e["count"],
-             "age_s": e["ageSeconds"]} for e in events]
-    notes = [f"{len(problems)} outputs not read ({problems[0]}{' ...' if len(problems) > 1 else ''}); the rest loaded"
-             ] if problems else []
-    return {"k8s_objects": pa.Table.from_pylist(rows, OBJECTS), "k8s_events": pa.Table.from_pylist(said, EVENTS)}, notes
+    return kubectl.tables(objects, events, case), kubectl.left_out(problems, "outputs")
 
 
 def _logs(logs, case: str) -> tuple[dict, list[str]]:
@@ -132,13 +117,8 @@ def _alerts(doc, case: str) -> tuple[dict, list[str]]:
             continue
         for line in alert["evidence"]:
             kind, _, rest = str(line).partition("|")
-            rows.append({"snapshot": case, "namespace": None, "object_kind": str(alert.get("type") or ""),
+            rows.append({"snapshot": case, "object_kind": str(alert.get("type") or ""),
                          "object_name": str(alert.get("name") or ""), "type": "Alert", "reason": kind.strip(),
-                         "message": str(line), "count": 1, "age_s": None})
+                         "message": str(line), "count": 1})
     notes = [f"{odd} alerts without an object's evidence list left out; the rest loaded"] if odd else []
-    return {"k8s_events": pa.Table.from_pylist(rows, EVENTS)}, notes
-
-
-def _owner(obj: dict) -> str | None:
-    refs = obj["metadata"].get("ownerReferences") or []
-    return f"{refs[0]['kind']}/{refs[0]['name']}" if refs else None
+    return {"k8s_events": pa.Table.from_pylist(rows, kubectl.EVENTS)}, notes

@@ -21,6 +21,7 @@ import duckdb
 
 from rcalab.errors import LoadError
 
+from . import kubernetes
 from .base import InputFile, Query, record_text
 
 NAME = "otlp"
@@ -84,7 +85,9 @@ def _signals(root: Path):
 
 
 def detect(root: Path) -> bool:
-    return any(kind for _, kind, _ in _signals(root))
+    """Whether the dump holds OTLP telemetry (the Collector's records of a cluster's objects alone are not)."""
+    return any(kind and kubernetes.claim(InputFile(path, kind)).kind != kubernetes.KIND
+               for path, kind, _ in _signals(root))
 
 
 def discover(root: Path) -> list[InputFile]:

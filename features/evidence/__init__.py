@@ -47,7 +47,7 @@ class Window:
 @dataclass
 class Item:
     component: str
-    kind: str  # the family: metric | changepoint | silence | log | trace | event
+    kind: str  # the family: metric | changepoint | silence | log | trace | event | state (the cluster's objects)
     score: float  # 0..1
     key: str  # key metric or log keyword, verbatim
     text: str
@@ -166,7 +166,7 @@ def flat(text: str, limit: int = 140) -> str:
 
 
 def collect(con: duckdb.DuckDBPyConnection, window: Window) -> list[Item]:
-    from . import changepoints, events, logs, metrics, silence, traces
+    from . import changepoints, events, kubernetes, logs, metrics, silence, traces
 
-    return [item for family in (metrics, changepoints, silence, logs, traces, events)
+    return [item for family in (metrics, changepoints, silence, logs, traces, events, kubernetes)
             for item in family.collect(con, window)]

@@ -15,10 +15,14 @@ ones; the weights only order findings of one snapshot and were not fitted.
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
+
+from . import BASELINE, Item, flat
 
 TAXONOMY = {
     "Admission_Fault": ("namespace_cpu_quota_exceeded", "namespace_memory_quota_exceeded", "namespace_pod_quota_exceeded",
@@ -44,6 +48,7 @@ TAXONOMY = {
                              "kube_scheduler_unavailable", "node_network_delay", "node_network_packet_loss"),
 }
 CATEGORY = {cause: category for category, causes in TAXONOMY.items() for cause in causes}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,12 +85,15 @@ class Snapshot:
                 if k == kind and any(e["type"] == "Alert" for e in events)}
 
 
-def read(con, snapshot: str) -> Snapshot:
+def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.datetime | None = None) -> Snapshot:
+    """A frozen cluster's state, or (None) a live cluster's as its exports last showed it before `until`, with the
+    events seen from `since`."""
     objects: dict[str, dict[str, dict]] = {}
-    namespaces = {}
-    for kind, namespace, name, owner, labels, spec, status in con.execute(
-            "select kind, namespace, name, owner, labels, spec, status from k8s_objects where snapshot = ?",
-            [snapshot]).fetchall():
+    namespaces: dict[str, int] = {}
+    for kind, namespace, name, owner, labels, spec, status in con.execute(  # the latest state of each object
+            """select kind, namespace, name, owner, labels, spec, status from k8s_objects
+               where snapshot is not distinct from $snapshot and ($until is null or seen is null or seen <= $until)
+               order by seen nulls first""", {"snapshot": snapshot, "until": until}).fetchall():
         objects.setdefault(kind, {})[name] = {"namespace": namespace, "owner": owner, "labels": json.loads(labels),
                                               "spec": json.loads(spec), "status": json.loads(status)}
         if namespace:
@@ -93,21 +101,34 @@ def read(con, snapshot: str) -> Snapshot:
     events: dict[tuple[str, str], list[dict]] = {}
     for kind, name, type_, reason, message, count, age in con.execute(
             """select object_kind, object_name, type, reason, message, count, age_s from k8s_events
-               where snapshot = ? order by age_s nulls last""", [snapshot]).fetchall():
+               where snapshot is not distinct from $snapshot
+                 and ($until is null or coalesce(first_seen, last_seen) is null
+                      or coalesce(first_seen, last_seen) <= $until)
+                 and ($since is null or coalesce(last_seen, first_seen) is null
+                      or coalesce(last_seen, first_seen) >= $since)
+               order by age_s nulls last, last_seen desc""",
+            {"snapshot": snapshot, "since": since, "until": until}).fetchall():
         events.setdefault((kind, name), []).append({"type": type_, "reason": reason, "message": message or "",
                                                     "count": count, "age": age})
     logs: dict[str, list[str]] = {}
-    for service, message in con.execute("select service, message from k8s_logs where snapshot = ?",
+    for service, message in con.execute("select service, message from k8s_logs where snapshot is not distinct from ?",
                                         [snapshot]).fetchall():
         logs.setdefault(service, []).append(message or "")
     return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs)
 
 
-def findings(con, snapshot: str) -> list[Finding]:
-    """The causes a snapshot's state gives, the likeliest first (each object and cause once)."""
-    s = read(con, snapshot)
-    found = [*_admission(s), *_scheduling(s), *_startup(s), *_runtime(s), *_routing(s), *_infrastructure(s),
-             *_said_by_logs(s), *_performance(s)]
+def findings(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.datetime | None = None
+             ) -> list[Finding]:
+    """The causes a snapshot's state gives (a live cluster's: as of `until`, its events from `since`), the likeliest
+    first (each object and cause once)."""
+    s = read(con, snapshot, since, until)
+    found = []
+    for rule in RULES:
+        try:
+            found += list(rule(s))
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:  # an object of a shape not foreseen
+            log.warning("%s: %s stopped at an object of a shape it does not read (%s: %s)", snapshot or "the cluster",
+                        rule.__name__.strip("_"), type(e).__name__, e)
     best: dict[tuple[str, str], Finding] = {}
     for f in found:
         key = (f.component, f.root_cause)
@@ -290,6 +311,10 @@ def _startup(s: Snapshot):
                 text = " ".join(pulled).lower()
                 cause = next((c for word, c in PULL if word in text), "incorrect_image_reference")
                 yield Finding(_app(s, "Pod", pod), cause, pulled[:1] or [waiting], 8)
+            if any(e["reason"] == "FailedToRetrieveImagePullSecret" for e in s.said("Pod", pod)):
+                yield Finding(_app(s, "Pod", pod), "missing_image_pull_secret",
+                              [e["message"] for e in s.said("Pod", pod)
+                               if e["reason"] == "FailedToRetrieveImagePullSecret"][:1], 8)
             if waiting == "CreateContainerConfigError" or any(
                     e["reason"] == "FailedMount" and "secret" in e["message"] for e in s.said("Pod", pod)):
                 yield Finding(_app(s, "Pod", pod), "missing_secret_binding",
@@ -342,7 +367,7 @@ def _runtime(s: Snapshot):
             detail = m.group(2)
             if "malformed HTTP" in detail or "HTTP/1.x transport" in detail:
                 cause = f"{which}_probe_incorrect_protocol"
-            elif probe.get("port") and ports and probe["port"] not in ports:
+            elif _probe(probe)[1] and ports and _probe(probe)[1] not in ports:
                 cause = f"{which}_probe_incorrect_port"
             else:
                 cause = f"{which}_probe_incorrect_timing"
@@ -369,12 +394,23 @@ def _routing(s: Snapshot):
             continue
         ports = {port["containerPort"] for p in chosen for c in p["spec"].get("containers", [])
                  for port in c.get("ports", [])}
+        # how its workloads are probed, as their templates say (a sidecar rewrites a running pod's probes)
+        probes = {HANDLERS.get(_probe(c.get(f"{w}Probe"))[0]) for d in s.of("Deployment").values()
+                  if all((d["spec"].get("template", {}).get("metadata", {}).get("labels") or {}).get(k) == v
+                         for k, v in selector.items())
+                  for c in d["spec"].get("template", {}).get("spec", {}).get("containers", [])
+                  for w in ("liveness", "readiness")} - {None}
         for port in svc["spec"].get("ports", []):
             target = port.get("targetPort")
             if ports and isinstance(target, int) and target not in ports:
                 yield Finding(f"app/{name}", "service_port_mapping_mismatch",
                               [f"service {name} sends port {port.get('port')} to {target}; its pods listen on "
                                f"{sorted(ports)}"], 7)
+            said = _protocol(port.get("name"))  # a port's name declares its protocol (Istio's protocol selection)
+            if said in ("http", "grpc") and len(probes) == 1 and said not in probes:
+                yield Finding(f"app/{name}", "service_protocol_mismatch",
+                              [f"service {name} names port {port.get('port')} {port.get('name')!r}; its pods are "
+                               f"probed over {', '.join(sorted(probes))}"], 6)
     for name, d in s.of("Deployment").items():
         for c in d["spec"].get("template", {}).get("spec", {}).get("containers", []):
             for env in c.get("env", []):
@@ -383,7 +419,8 @@ def _routing(s: Snapshot):
                     continue
                 service = services.get(host)
                 if service is None and host not in s.of("Deployment") and services:
-                    near = difflib.get_close_matches(host, services, n=1, cutoff=0.75)
+                    near = [n for n in services if host.startswith(n) or n.startswith(host)] or \
+                        difflib.get_close_matches(host, services, n=1, cutoff=0.75)
                     # a near miss of a service's name is a mistake; an unrelated name, a part not deployed here
                     yield Finding(f"app/{name}", "service_env_var_address_mismatch",
                                   [f"{env['name']}={env['value']}: no service {host}"
@@ -391,6 +428,68 @@ def _routing(s: Snapshot):
                 elif service and int(port) not in {p.get("port") for p in service["spec"].get("ports", [])}:
                     yield Finding(f"app/{name}", "service_env_var_address_mismatch",
                                   [f"{env['name']}={env['value']}: service {host} has no port {port}"], 7)
+
+
+PROTOCOLS = ("grpc", "http2", "https", "http", "tcp", "udp", "tls", "mongo", "redis", "mysql")
+HANDLERS = {"grpc": "grpc", "httpGet": "http"}  # a probe's handler: the protocol the workload speaks
+TEXT_HANDLERS = {"http-get": "httpGet", "tcp-socket": "tcpSocket", "grpc": "grpc", "exec": "exec"}
+
+
+def _probe(probe) -> tuple[str | None, int | None]:
+    """A probe's handler and port, from Kubernetes' JSON (`{"grpc": {"port": 9555}}`) or kubectl's text (`grpc
+    <pod>:9555`, read as handler and port by `etl.kubectl`)."""
+    if not isinstance(probe, dict) or not probe:
+        return None, None
+    if "handler" in probe:
+        return TEXT_HANDLERS.get(probe["handler"], probe["handler"]), probe.get("port")
+    handler = next((h for h in ("grpc", "httpGet", "tcpSocket", "exec") if h in probe), None)
+    port = (probe.get(handler) or {}).get("port") if handler and handler != "exec" else None
+    return handler, port if isinstance(port, int) else None
+
+
+def _protocol(name) -> str | None:
+    """The protocol a port's name declares (`grpc`, `http-web`), as Istio reads it; http2 counts as http."""
+    word = str(name or "").lower().split("-")[0]
+    found = next((p for p in PROTOCOLS if word == p), None)
+    return "http" if found in ("http2", "https") else found
+
+
+SIDECAR_PORTS = {15000, 15001, 15004, 15006, 15008, 15009, 15020, 15021, 15053, 15090}  # Istio's own (its docs)
+
+
+def _sidecar(s: Snapshot):
+    """An application container that declares a port its pod's sidecar holds: one of them cannot listen."""
+    for pod, p in s.of("Pod").items():
+        containers = p["spec"].get("containers", [])
+        for c in containers:
+            if c.get("name") == "istio-proxy":
+                continue
+            mine = {port["containerPort"] for port in c.get("ports", [])}
+            others = {port["containerPort"] for o in containers if o is not c for port in o.get("ports", [])}
+            clash = mine & (others | (SIDECAR_PORTS if any(o.get("name") == "istio-proxy" for o in containers)
+                                      else set()))
+            if clash:
+                yield Finding(_app(s, "Pod", pod), "service_sidecar_port_conflict",
+                              [f"container {c['name']} of {pod} declares port {sorted(clash)[0]}, which the pod's "
+                               "sidecar holds"], 7)
+
+
+LOOKUP = re.compile(r"lookup ([a-z0-9][a-z0-9.-]*?)(?:\.[a-z0-9-]+\.svc[.a-z]*)? on [^:]+:53: no such host")
+
+
+def _dns(s: Snapshot):
+    """Names of services that exist but do not resolve: the cluster's DNS fails them (an address naming no service
+    is the address's fault, found by `_routing`)."""
+    failed: dict[str, int] = {}
+    for lines in s.logs.values():
+        for line in lines:
+            m = LOOKUP.search(line)
+            if m and m.group(1) in s.of("Service"):
+                failed[m.group(1)] = failed.get(m.group(1), 0) + 1
+    if failed:
+        name = max(failed, key=failed.get)
+        yield Finding(f"app/{name}", "service_dns_resolution_failure",
+                      [f"{failed[name]} log lines: lookup {name} failed (no such host), though the service exists"], 3)
 
 
 def _infrastructure(s: Snapshot):
@@ -407,6 +506,15 @@ def _infrastructure(s: Snapshot):
             words = [f"Ready {ready.get('status')}: {ready.get('message') or ready.get('reason')}"]
             runtime = any("containerd" in (e["message"] or "") for e in s.said("Node", name))
             yield Finding(f"node/{name}", "containerd_unavailable" if runtime else "kubelet_unavailable", words, 9)
+    for pod, p in s.of("Pod").items():  # a node's own pods that do not run: kube-proxy, the scheduler
+        if p.get("namespace") == "kube-system" and p["status"].get("phase") not in (None, "Running", "Succeeded"):
+            if pod.startswith("kube-proxy"):
+                node = p["spec"].get("nodeName") or next(
+                    (n for n, node in s.of("Node").items() if any(x["name"] == pod for x in node["status"].get("pods", []))),
+                    None)
+                if node:
+                    yield Finding(f"node/{node}", "kube_proxy_unavailable",
+                                  [f"{pod}: {p['status'].get('phase')}"], 8)
     waiting = [pod for pod, p in s.of("Pod").items() if _pending(p) and not p["spec"].get("nodeName")
                and p["status"].get("describe") and not s.said("Pod", pod)]
     if waiting:
@@ -474,3 +582,25 @@ def _performance(s: Snapshot):
         name = max(moved, key=moved.get)
         yield Finding(f"app/{name}", "pod_network_delay",
                       [a["message"] for a in services[name] if a["reason"].startswith(("TRAFFIC", "LATENCY"))], 3.7)
+
+
+RULES = (_admission, _scheduling, _startup, _runtime, _routing, _infrastructure, _sidecar, _dns, _said_by_logs,
+         _performance)  # in the order of a pod's life, the alerts last
+
+
+SLACK = dt.timedelta(minutes=10)  # a state exported this long after a window still shows it (a nightly export's rhythm)
+
+
+def collect(con, window) -> list[Item]:
+    """The family's evidence in a telemetry window (the `features.evidence` contract): a live cluster's findings as of
+    the window's end (its events from an hour before it), each an item of kind `state` on the service or node to fix,
+    its key the cluster's fault type. A store without a live cluster's objects has none."""
+    if not con.execute("select 1 from k8s_objects where snapshot is null limit 1").fetchall():
+        return []
+    items = []
+    for f in findings(con, None, window.start - BASELINE, window.end + SLACK):
+        level, _, name = f.component.partition("/")
+        if level in ("app", "node"):
+            items.append(Item(name, "state", 1.0, f.root_cause, flat(f"{f.root_cause}: {f.evidence[0]}", 200),
+                              "state"))
+    return items
