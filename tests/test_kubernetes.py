@@ -290,6 +290,12 @@ TINY = {  # a cluster's state as its exports show it: the cause, and the finding
                                     "spec": {"selector": {"app": "cart"},
                                              "ports": [{"name": "http-cart", "port": 7070, "targetPort": 7070}]}}],
                                   "app/cart"),
+    "mysql_invalid_port": ([_deployment("ts-order", containers=[
+        {"name": "server", "env": [{"name": "MYSQL_HOST", "value": "ts-order-mysql"}, {"name": "MYSQL_PORT",
+                                                                                      "value": "3307"}]}]),
+        _deployment("ts-order-mysql"), {"kind": "Service", "metadata": {"name": "ts-order-mysql", "namespace": "shop"},
+         "spec": {"selector": {"app": "ts-order-mysql"}, "ports": [{"port": 3306, "targetPort": 3306}]}}],
+        "app/ts-order"),
     "kube_proxy_unavailable": ([_pod("kube-proxy-x2x4p", "kube-proxy", phase="Failed", namespace="kube-system",
                                      node="worker-2")], "node/worker-2"),
     "pod_anti_affinity_conflict": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", phase="Pending", node=None),

@@ -235,12 +235,27 @@ def _scheduling(s: Snapshot):
             for n, text in SCHEDULER.findall(message.split(":", 1)[-1]):
                 cause = next((c for word, c in REASONS if word in text), "?")
                 if cause is None:
-                    cause = "node_selector_mismatch" if p["spec"].get("nodeSelector") else "node_affinity_mismatch"
-                counts.append((int(n), cause != "node_cordon_mismatch", cause, text))
+                    cause = "node_selector_mismatch" if _unmet(s, p["spec"].get("nodeSelector")) else \
+                        "node_affinity_mismatch"
+                # the control plane's own taint keeps pods off it every day: the cluster's standing state
+                standing = "untolerated taint" in text and any(w in text for w in CONTROL_PLANE)
+                counts.append((not standing, int(n), cause != "node_cordon_mismatch", cause))
             if counts:
-                cause = max(counts)[2]
+                cause = max(counts)[3]
                 if cause != "?":
                     yield Finding(_app(s, "Pod", pod), cause, [e["message"]], 8)
+
+
+CONTROL_PLANE = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+
+def _unmet(s: Snapshot, selector) -> bool:
+    """Whether a pod's node selector names labels no node has (where the nodes are known; a selector some node meets
+    leaves the pod's affinity as what excludes them)."""
+    if not isinstance(selector, dict) or not selector:
+        return False
+    nodes = s.of("Node")
+    return not nodes or not any(all(n["labels"].get(k) == v for k, v in selector.items()) for n in nodes.values())
 
 
 def _pending(p: dict) -> bool:
@@ -413,21 +428,38 @@ def _routing(s: Snapshot):
                                f"probed over {', '.join(sorted(probes))}"], 6)
     for name, d in s.of("Deployment").items():
         for c in d["spec"].get("template", {}).get("spec", {}).get("containers", []):
-            for env in c.get("env", []):
-                host, _, port = str(env.get("value", "")).rpartition(":")
-                if not env["name"].endswith(("_ADDR", "_HOST", "_ADDRESS")) or not host or not port.isdigit():
-                    continue
+            for var, host, port in _addresses(c.get("env", [])):
                 service = services.get(host)
+                database = port == MYSQL or "mysql" in host
                 if service is None and host not in s.of("Deployment") and services:
                     near = [n for n in services if host.startswith(n) or n.startswith(host)] or \
                         difflib.get_close_matches(host, services, n=1, cutoff=0.75)
                     # a near miss of a service's name is a mistake; an unrelated name, a part not deployed here
                     yield Finding(f"app/{name}", "service_env_var_address_mismatch",
-                                  [f"{env['name']}={env['value']}: no service {host}"
-                                   + (f" (service {near[0]} exists)" if near else "")], 7 if near else 2)
-                elif service and int(port) not in {p.get("port") for p in service["spec"].get("ports", [])}:
-                    yield Finding(f"app/{name}", "service_env_var_address_mismatch",
-                                  [f"{env['name']}={env['value']}: service {host} has no port {port}"], 7)
+                                  [f"{var}: no service {host}" + (f" (service {near[0]} exists)" if near else "")],
+                                  7 if near else 2)
+                elif service and port not in {p.get("port") for p in service["spec"].get("ports", [])}:
+                    yield Finding(f"app/{name}", "mysql_invalid_port" if database else "service_env_var_address_mismatch",
+                                  [f"{var}: service {host} has no port {port}"], 7)
+
+
+ADDRESS = re.compile(r"^(?:[a-z]+:(?://)?(?:[a-z]+:)?//)?([a-z0-9][a-z0-9.-]*):(\d+)(?:/.*)?$", re.I)  # host:port, a URL
+MYSQL = 3306  # MySQL's own port
+
+
+def _addresses(env: list) -> list[tuple[str, str, int]]:
+    """The addresses a container is given: `HOST:PORT` and URL values (`jdbc:mysql://db:3306/orders`), and a
+    `X_HOST` beside its `X_PORT`; each as the variable's words, the host (a service's name, namespace cut) and port."""
+    values = {str(e.get("name")): str(e.get("value", "")) for e in env if isinstance(e, dict)}
+    out = []
+    for var, value in values.items():
+        m = ADDRESS.match(value.strip())
+        if m and (var.endswith(("_ADDR", "_HOST", "_ADDRESS", "_URL")) or "://" in value):
+            out.append((f"{var}={value}", m.group(1).split(".")[0], int(m.group(2))))
+        elif var.endswith("_HOST") and values.get(var[:-5] + "_PORT", "").isdigit():
+            port = values[var[:-5] + "_PORT"]
+            out.append((f"{var}={value}, {var[:-5]}_PORT={port}", value.split(".")[0], int(port)))
+    return out
 
 
 PROTOCOLS = ("grpc", "http2", "https", "http", "tcp", "udp", "tls", "mongo", "redis", "mysql")
