@@ -508,7 +508,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> None:
     if not pending:
         return
     con.execute("begin")
-    for table in _views_of(con) & set(LOADED + FEATURES):
+    before = _columns_at(pending[0][0] - 1)
+    for table in _views_of(con) & set(LOADED + FEATURES) & set(before):  # a table made later stays as it is
         _table_back(con, table, pending[0][0] - 1)
     for step, name, sql in pending:
         con.execute(sql)
