@@ -39,11 +39,8 @@ def table(lines: list[str]) -> list[dict]:
     starts = [(m.start(), m.group()) for m in COLUMN.finditer(lines[0])]
     rows = []
     for line in lines[1:]:
-        cells = {}
-        for i, (start, name) in enumerate(starts):
-            end = starts[i + 1][0] if i + 1 < len(starts) else len(line)
-            cells[name] = line[start:end].strip() if i + 1 < len(starts) else line[start:].strip()
-        rows.append(cells)
+        ends = [start for start, _ in starts[1:]] + [None]
+        rows.append({name: line[start:end].strip() for (start, name), end in zip(starts, ends)})
     return rows
 
 
@@ -115,12 +112,12 @@ def _lines(value) -> list[str]:
     return [v for v in (value if isinstance(value, list) else [value]) if v not in NONE]
 
 
-def _pairs(value, sep: str = "=") -> dict:
+def _pairs(value) -> dict:
     """`a=b` lines (labels, selectors) as a dict; a selector's `a=b,c=d` split too."""
     out = {}
     for line in _lines(value):
         for part in line.split(","):
-            key, found, val = part.strip().partition(sep)
+            key, found, val = part.strip().partition("=")
             if found:
                 out[key.strip()] = val.strip()
     return out
@@ -136,21 +133,30 @@ def _port(text: str) -> dict:
     return port
 
 
+PROBES = {"http-get": "httpGet", "tcp-socket": "tcpSocket", "grpc": "grpc", "exec": "exec"}
+TIMING = {"delay": "initialDelaySeconds", "timeout": "timeoutSeconds", "period": "periodSeconds",
+          "#success": "successThreshold", "#failure": "failureThreshold"}
+
+
 def _probe(text: str) -> dict:
-    """`http-get http://:8080/healthz delay=5s timeout=1s ...`, `tcp-socket :6379 ...` or `grpc <pod>:9555 ...`."""
+    """`http-get http://:8080/healthz delay=5s timeout=1s ...`, `tcp-socket :6379 ...` or `grpc <pod>:9555 ...` as
+    Kubernetes' probe: `{"httpGet": {"port": 8080, "path": "/healthz"}, "initialDelaySeconds": 5, ...}`."""
     words = text.split()
-    probe = {"handler": words[0] if words else ""}
+    if not words:
+        return {}
     target = words[1] if len(words) > 1 and "=" not in words[1] else ""
-    port = re.search(r":(\d+)", target)
+    action: dict = {}
+    port, path = re.search(r":(\d+)", target), re.search(r":\d+(/\S*)", target)
     if port:
-        probe["port"] = int(port.group(1))
-    path = re.search(r":\d+(/\S*)", target)
+        action["port"] = int(port.group(1))
     if path:
-        probe["path"] = path.group(1)
+        action["path"] = path.group(1)
+    probe = {PROBES.get(words[0], words[0]): action}
     for word in words[1:]:
         key, found, value = word.partition("=")
-        if found:
-            probe[key.lstrip("#")] = value
+        if found and key in TIMING:
+            number = value.rstrip("s")
+            probe[TIMING[key]] = int(number) if number.isdigit() else value
     return probe
 
 

@@ -53,7 +53,9 @@ def test_describe_text_reads_back_as_kubernetes_json():
     assert pod["metadata"]["ownerReferences"] == [{"kind": "ReplicaSet", "name": "redis-cart-79598c9984"}]
     assert pod["spec"]["nodeName"] == "worker-01"
     assert pod["spec"]["containers"][0]["ports"] == [{"containerPort": 6379, "protocol": "TCP"}]
-    assert pod["spec"]["containers"][0]["livenessProbe"]["port"] == 6379
+    assert pod["spec"]["containers"][0]["livenessProbe"] == {
+        "tcpSocket": {"port": 6379}, "initialDelaySeconds": 0, "timeoutSeconds": 1, "periodSeconds": 5,
+        "successThreshold": 1, "failureThreshold": 3}
     assert len(pod["spec"]["tolerations"]) == 2
     status = pod["status"]["containerStatuses"][0]
     assert status["state"] == {"waiting": {"reason": "CrashLoopBackOff"}}

@@ -464,18 +464,14 @@ def _addresses(env: list) -> list[tuple[str, str, int]]:
 
 PROTOCOLS = ("grpc", "http2", "https", "http", "tcp", "udp", "tls", "mongo", "redis", "mysql")
 HANDLERS = {"grpc": "grpc", "httpGet": "http"}  # a probe's handler: the protocol the workload speaks
-TEXT_HANDLERS = {"http-get": "httpGet", "tcp-socket": "tcpSocket", "grpc": "grpc", "exec": "exec"}
 
 
 def _probe(probe) -> tuple[str | None, int | None]:
-    """A probe's handler and port, from Kubernetes' JSON (`{"grpc": {"port": 9555}}`) or kubectl's text (`grpc
-    <pod>:9555`, read as handler and port by `etl.kubectl`)."""
-    if not isinstance(probe, dict) or not probe:
+    """A probe's handler and port, as Kubernetes writes a probe (`{"grpc": {"port": 9555}}`)."""
+    if not isinstance(probe, dict):
         return None, None
-    if "handler" in probe:
-        return TEXT_HANDLERS.get(probe["handler"], probe["handler"]), probe.get("port")
     handler = next((h for h in ("grpc", "httpGet", "tcpSocket", "exec") if h in probe), None)
-    port = (probe.get(handler) or {}).get("port") if handler and handler != "exec" else None
+    port = (probe.get(handler) or {}).get("port") if handler else None
     return handler, port if isinstance(port, int) else None
 
 
