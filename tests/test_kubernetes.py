@@ -350,3 +350,25 @@ def test_the_cluster_s_state_joins_the_ranking_of_a_telemetry_window(tmp_path):
     os.utime(export, (when, when))
     component, option = top(dump, "with-state")
     assert component == "cartservice" and option.fault_type == "oom_killed", (component, option)
+
+
+def test_a_live_cluster_s_state_is_its_last_export_before_the_window_s_end(tmp_path):
+    """The pod OOM-killed at 10:00 was well again at 11:00; a pod last seen at 8:00 is gone."""
+    con = store.connect(tmp_path / "tiny.duckdb")
+    ill = _pod("cart-5f9c-x2x", "cart", containerStatuses=[
+        {"name": "server", "restartCount": 1, "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}])
+    well = _pod("cart-5f9c-x2x", "cart", containerStatuses=[{"name": "server", "restartCount": 1}])
+    gone = _pod("old-1b2c-q9q", "old", containerStatuses=[
+        {"name": "server", "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}])
+    for item, hour in ((gone, 8), (ill, 10), (well, 11)):
+        objects, events, _ = kubectl.from_json([item], dt.datetime(2025, 6, 6, hour))
+        for table, rows in kubectl.tables(objects, events, None).items():
+            con.register("rows", rows)
+            con.execute(f"insert into {table} by name select * from rows")
+
+    def causes(hour):
+        return [(f.component, f.root_cause) for f in findings(con, None, until=dt.datetime(2025, 6, 6, hour, 5))]
+
+    assert causes(10) == [("app/cart", "oom_killed")]
+    assert causes(11) == []
+    assert ("app/old", "oom_killed") in causes(8)

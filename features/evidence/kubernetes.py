@@ -90,10 +90,15 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
     events seen from `since`."""
     objects: dict[str, dict[str, dict]] = {}
     namespaces: dict[str, int] = {}
-    for kind, namespace, name, owner, labels, spec, status in con.execute(  # the latest state of each object
-            """select kind, namespace, name, owner, labels, spec, status from k8s_objects
-               where snapshot is not distinct from $snapshot and ($until is null or seen is null or seen <= $until)
-               order by seen nulls first""", {"snapshot": snapshot, "until": until}).fetchall():
+    for kind, namespace, name, owner, labels, spec, status in con.execute(
+            # each object's latest state; of a live cluster, those its last exports before `until` show (an object
+            # no export of the hour before showed is gone)
+            """with seen as (select * from k8s_objects where snapshot is not distinct from $snapshot
+                                and ($until is null or seen is null or seen <= $until))
+               select kind, namespace, name, owner, labels, spec, status from seen
+               where seen is null or seen > (select max(seen) from seen) - interval 1 hour
+               qualify row_number() over (partition by kind, namespace, name order by seen desc nulls last) = 1""",
+            {"snapshot": snapshot, "until": until}).fetchall():
         objects.setdefault(kind, {})[name] = {"namespace": namespace, "owner": owner, "labels": json.loads(labels),
                                               "spec": json.loads(spec), "status": json.loads(status)}
         if namespace:
