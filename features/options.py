@@ -75,6 +75,11 @@ def options(evidence: list[Item], level: str, limit: int = 2, found: list[Item] 
         # Its errors are what its own code path breaking produces: the break names the fault.
         evidence = sorted([broke, *(i for i in evidence if i is not broke)],
                           key=lambda i: i.signal in ("errors", ERROR_ORIGIN))
+    # What the telemetry shows of a pod (its silence, its callers' errors) the cluster's own state says the why of:
+    # its words name the fault.
+    said = next((i for i in [*evidence, *found] if i.kind == "state"), None)
+    if said:
+        evidence = [said, *(i for i in evidence if i is not said)]
     # A process that was started again after its memory rose was killed for its memory (out of memory).
     grew = next((i for i in evidence
                  if i.signal == "memory" and i.kind in METRIC_KINDS and not i.fell and not i.echo), None)

@@ -39,8 +39,12 @@ def cli():
 @click.option("--format", "fmt", type=click.Choice(["challenge2025", "otlp"]),
               help="The layout: the 2025 challenge's parquet (HipsterShop's), or OpenTelemetry's OTLP/JSON lines "
                    "as the Collector's file exporter writes them (default: the system's own).")
+@click.option("--cluster-state", is_flag=True,
+              help="Write what Kubernetes shows too: the nodes, deployments, services and pods hour by hour, and the "
+                   "pod states and events of the cluster's own faults, as the Collector's k8sobjects receiver writes "
+                   "them (DAY/k8s/).")
 @reports_errors
-def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt):
+def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt, cluster_state):
     """Write a simulated system's dump with labelled faults: HipsterShop in the 2025 challenge layout by default,
     any system described in a file, in its layout or as OTLP.
 
@@ -52,7 +56,8 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt):
 
     with working("simulating") as update:
         system, todo, summary = simulate_system(out, system_, schedule=schedule, cases=cases, limit=limit, scale=scale,
-                                                seed=seed, fmt=fmt, hours=hours, progress=update)
+                                                seed=seed, fmt=fmt, hours=hours, cluster=cluster_state,
+                                                progress=update)
     echo(f"wrote {len(todo)} cases of {system.name} over {len(summary.days)} day(s) ({', '.join(summary.days)}) to "
          f"{out}: {summary.files} files, {summary.bytes / 1e6:.1f} MB, {summary.spans:,} spans, "
          f"{summary.log_lines:,} log lines")

@@ -99,4 +99,8 @@ def write_otlp(dump: Path, out: Path) -> int:
     for label in ("groundtruth.jsonl", "input.json"):
         if (dump / label).exists():
             shutil.copy(dump / label, out / label)
+    for state in dump.glob("*/k8s/*"):  # the cluster's state is OTLP already
+        (out / state.relative_to(dump)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(state, out / state.relative_to(dump))
+        written += 1
     return written

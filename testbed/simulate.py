@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from rcalab.errors import OutputError, RcalabError
 
+from .cluster import write_cluster
 from .logs import hour_logs
 from .metrics import apm_tables, infra_tables
 from .noise import add_noise
@@ -48,10 +49,10 @@ def case_days(cases: list[Case]) -> list[dt.date]:
 
 
 def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.01, seed: int = 0,
-             progress: Callable[[str], None] | None = None, hours: int | None = None) -> Summary:
+             progress: Callable[[str], None] | None = None, hours: int | None = None, cluster: bool = False) -> Summary:
     """Simulate every CST day the cases touch and write it under `out`; same seed, same bytes. With `hours`, a
     day's files hold only the hours that end with the hour its own last case ends in (the same bytes as those hours
-    of the whole day's)."""
+    of the whole day's); with `cluster`, what Kubernetes shows of them too (`testbed.cluster`)."""
     out = Path(out)
     _check_writable(out)
     summary = Summary()
@@ -68,6 +69,10 @@ def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.0
             last = max(ends) // 60 + 1
             day.written = slice(max(0, last - hours) * 60, last * 60)
         _write_day(day, out / date.isoformat(), scale, seed, summary, progress)
+        if cluster:
+            written = write_cluster(day, out / date.isoformat())
+            summary.files += 1
+            summary.bytes += written.stat().st_size
         summary.days.append(date.isoformat())
     write_case_files(cases, out, seed)
     return summary
@@ -75,10 +80,11 @@ def simulate(out: Path, cases: list[Case], topo: Topology, *, scale: float = 0.0
 
 def simulate_system(out: Path, name_or_path: str, *, schedule: Path | None = None, cases: int | None = None,
                     limit: int | None = None, scale: float = 0.01, seed: int = 0, fmt: str | None = None,
-                    hours: int | None = None, progress: Callable[[str], None] = lambda what: None
-                    ) -> tuple[System, list[Case], Summary]:
+                    hours: int | None = None, cluster: bool = False,
+                    progress: Callable[[str], None] = lambda what: None) -> tuple[System, list[Case], Summary]:
     """Simulate a shipped or described system's cases (a schedule's, or `cases` random ones) and write them to
-    `out` in the system's layout, or as OTLP (`fmt`); `progress` hears of each of the 25 steps of a day."""
+    `out` in the system's layout, or as OTLP (`fmt`), with the cluster's state where `cluster`; `progress` hears of
+    each of the 25 steps of a day."""
     if (schedule is None) == (cases is None):
         raise RcalabError("give either --schedule FILE or --cases N")
     system = load(name_or_path)
@@ -88,11 +94,13 @@ def simulate_system(out: Path, name_or_path: str, *, schedule: Path | None = Non
     topo = Topology.build(seed, system)
     todo = load_schedule(schedule, topo, limit) if schedule else random_cases(cases, topo, seed)
     if fmt != "otlp":
-        return system, todo, simulate(out, todo, topo, scale=scale, seed=seed, progress=progress, hours=hours)
+        return system, todo, simulate(out, todo, topo, scale=scale, seed=seed, progress=progress, hours=hours,
+                                      cluster=cluster)
     from .otlp import write_otlp
 
     with tempfile.TemporaryDirectory() as tmp:
-        summary = simulate(Path(tmp) / "dump", todo, topo, scale=scale, seed=seed, progress=progress, hours=hours)
+        summary = simulate(Path(tmp) / "dump", todo, topo, scale=scale, seed=seed, progress=progress, hours=hours,
+                           cluster=cluster)
         progress("writing OTLP")
         summary.files = write_otlp(Path(tmp) / "dump", out)
     summary.bytes = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())

@@ -213,6 +213,7 @@ class Day:
     bursts: list[LogBurst] = field(default_factory=list)
     breaks: dict[tuple[str, str], list[PathBreak]] = field(default_factory=dict)  # (service, operation) -> code faults
     lag_ms: dict[str, np.ndarray] = field(default_factory=dict)  # consumer -> (M,) extra wait of its messages
+    cluster: list = field(default_factory=list)  # what Kubernetes shows of a fault (`testbed.cluster.Change`)
     # The minutes its files hold (its state is drawn for the whole day either way).
     written: slice = field(default_factory=lambda: slice(0, MINUTES))
 

@@ -372,3 +372,30 @@ def test_a_live_cluster_s_state_is_its_last_export_before_the_window_s_end(tmp_p
     assert causes(10) == [("app/cart", "oom_killed")]
     assert causes(11) == []
     assert ("app/old", "oom_killed") in causes(8)
+
+
+def test_a_testbed_kubernetes_fault_is_named_by_the_ranking_from_the_cluster_s_state(tmp_path):
+    """HipsterShop with the cluster's state written, a rollout whose image the registry does not have: the pods'
+    silence alone says pod failure; the cluster says why, and its words name the fault."""
+    from testbed.system import SHIPPED
+
+    text = (SHIPPED / "hipstershop.yaml").read_text()  # its faults are its last block
+    description = tmp_path / "shop.yaml"
+    description.write_text(text[:text.index("\nfaults:\n")] + "\nfaults:\n  incorrect image reference: [service]\n")
+    out, db = tmp_path / "dump", tmp_path / "store.duckdb"
+    runner = CliRunner()
+    result = runner.invoke(cli, ["simulate", str(out), "--system", str(description), "--cases", "1", "--scale", "0.003",
+                                 "--hours", "2", "--cluster-state"])
+    assert result.exit_code == 0, result.output
+    assert list(out.glob("*/k8s/k8sobjects_*.jsonl.gz"))
+    assert runner.invoke(cli, ["etl", str(out), "--db", str(db)]).exit_code == 0
+    truth = json.loads((out / "groundtruth.jsonl").read_text().splitlines()[0])
+    con = store.connect(db, read_only=True)
+    from features.cases import load_questions
+    from features.digest import build_digest
+
+    digest = build_digest(con, load_questions(out / "input.json")[0])
+    top = digest.candidates[0]
+    assert top.component in (truth["instance"] if isinstance(truth["instance"], list) else [truth["instance"]])
+    assert digest.options[top.component][0].fault_type == "incorrect_image_reference", digest.options[top.component]
+    assert any("Failed to pull image" in i.text for i in top.evidence + top.found)

@@ -20,7 +20,7 @@ import difflib
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import BASELINE, Item, flat
 
@@ -58,6 +58,7 @@ class Finding:
     root_cause: str
     evidence: list[str] = field(default_factory=list)
     weight: float = 1.0  # orders the findings of one snapshot: the earlier stage of a pod's life, the higher
+    pods: tuple[str, ...] = ()  # the pods it was found on, where it was found on pods
 
     @property
     def taxonomy(self) -> str:
@@ -137,9 +138,16 @@ def findings(con, snapshot: str | None, since: dt.datetime | None = None, until:
     best: dict[tuple[str, str], Finding] = {}
     for f in found:
         key = (f.component, f.root_cause)
-        if key not in best or f.weight > best[key].weight:
-            best[key] = f
+        if key in best:  # found again (on another pod): the strongest words, every pod
+            kept = best[key] if best[key].weight >= f.weight else f
+            f = replace(kept, pods=tuple(dict.fromkeys(best[key].pods + f.pods)))
+        best[key] = f
     return sorted(best.values(), key=lambda f: -f.weight)
+
+
+def _on_pod(s: Snapshot, pod: str, cause: str, evidence: list[str], weight: float) -> Finding:
+    """A finding on a pod's own state: the workload to fix, and the pod."""
+    return Finding(_app(s, "Pod", pod), cause, evidence, weight, pods=(pod,))
 
 
 def _app(s: Snapshot, kind: str, name: str) -> str:
@@ -248,7 +256,7 @@ def _scheduling(s: Snapshot):
             if counts:
                 cause = max(counts)[3]
                 if cause != "?":
-                    yield Finding(_app(s, "Pod", pod), cause, [e["message"]], 8)
+                    yield _on_pod(s, pod, cause, [e["message"]], 8)
 
 
 CONTROL_PLANE = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
@@ -270,7 +278,6 @@ def _pending(p: dict) -> bool:
 
 def _claims(s: Snapshot, pod: str, p: dict, event: dict):
     """A pod held back by a claim that binds no volume: why the claim finds no volume to bind."""
-    app = _app(s, "Pod", pod)
     claims = {name: c for name, c in s.of("PersistentVolumeClaim").items() if c["status"].get("phase") != "Bound"}
     for name, claim in claims.items():
         words = [event["message"]] + [e["message"] for e in s.said("PersistentVolumeClaim", name, warning=False)]
@@ -279,32 +286,32 @@ def _claims(s: Snapshot, pod: str, p: dict, event: dict):
         volumes = s.of("PersistentVolume")
         wanted = spec.get("storageClassName")
         if wanted and wanted not in NONE and classes and wanted not in classes:
-            yield Finding(app, "pvc_storage_class_mismatch", words + [f"storage class {wanted} does not exist"], 8)
+            yield _on_pod(s, pod, "pvc_storage_class_mismatch", words + [f"storage class {wanted} does not exist"], 8)
             continue
         same = {n: v for n, v in volumes.items() if v["spec"].get("storageClassName") == wanted} or volumes
         if any(v["status"].get("phase") == "Bound" for v in same.values()) and not any(
                 v["status"].get("phase") == "Available" for v in same.values()):
-            yield Finding(app, "pv_binding_occupied", words + ["every volume of its class is bound to another claim"], 8)
+            yield _on_pod(s, pod, "pv_binding_occupied", words + ["every volume of its class is bound to another claim"], 8)
             continue
         asked, offered = _modes(spec.get("accessModes")), [_modes(v["spec"].get("accessModes")) for v in same.values()]
         if offered and all(asked - modes for modes in offered):
-            yield Finding(app, "pvc_access_mode_mismatch", words + [
+            yield _on_pod(s, pod, "pvc_access_mode_mismatch", words + [
                 f"the claim asks {sorted(asked)}; the volumes offer {sorted(set().union(*offered))}"], 7)
             continue
         selector = spec.get("selector") or {}
         if selector and not any(all(v["labels"].get(k) == val for k, val in selector.items()) for v in same.values()):
-            yield Finding(app, "pvc_selector_mismatch", words + [f"the claim selects {selector}: no volume has it"], 7)
+            yield _on_pod(s, pod, "pvc_selector_mismatch", words + [f"the claim selects {selector}: no volume has it"], 7)
             continue
         size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
         if size and all(_quantity(size) > _quantity(v["spec"].get("capacity") or 0) for v in same.values()):
-            yield Finding(app, "pvc_capacity_mismatch", words + [f"the claim asks {size}; no volume is as large"], 7)
+            yield _on_pod(s, pod, "pvc_capacity_mismatch", words + [f"the claim asks {size}; no volume is as large"], 7)
             continue
         # What the claim asks beyond its modes (its size, its selector) kubectl describe does not print while it is
         # pending: where the snapshot does not show it, each stays a possible cause, the likelier first.
         labelled = any(v["labels"] for v in same.values())
         for weight, cause in sorted(((6, "pvc_capacity_mismatch"), (5.5 if labelled else 5, "pvc_selector_mismatch"),
                                      (4.5, "pvc_access_mode_mismatch")), reverse=True):
-            yield Finding(app, cause, words, weight)
+            yield _on_pod(s, pod, cause, words, weight)
 
 
 NONE = ("<none>", "<unset>", "", None)
@@ -330,14 +337,14 @@ def _startup(s: Snapshot):
                 pulled = [e["message"] for e in s.said("Pod", pod) if e["message"].startswith("Failed to pull")]
                 text = " ".join(pulled).lower()
                 cause = next((c for word, c in PULL if word in text), "incorrect_image_reference")
-                yield Finding(_app(s, "Pod", pod), cause, pulled[:1] or [waiting], 8)
+                yield _on_pod(s, pod, cause, pulled[:1] or [waiting], 8)
             if any(e["reason"] == "FailedToRetrieveImagePullSecret" for e in s.said("Pod", pod)):
-                yield Finding(_app(s, "Pod", pod), "missing_image_pull_secret",
+                yield _on_pod(s, pod, "missing_image_pull_secret",
                               [e["message"] for e in s.said("Pod", pod)
                                if e["reason"] == "FailedToRetrieveImagePullSecret"][:1], 8)
             if waiting == "CreateContainerConfigError" or any(
                     e["reason"] == "FailedMount" and "secret" in e["message"] for e in s.said("Pod", pod)):
-                yield Finding(_app(s, "Pod", pod), "missing_secret_binding",
+                yield _on_pod(s, pod, "missing_secret_binding",
                               [e["message"] for e in s.said("Pod", pod)][:1] or [waiting], 8)
 
 
@@ -347,15 +354,14 @@ PROBE = re.compile(r"(Liveness|Readiness) probe failed: (.*)")
 def _runtime(s: Snapshot):
     """A container that runs and fails: killed for memory, or a probe that fails it though it serves."""
     for pod, p in s.of("Pod").items():
-        app = _app(s, "Pod", pod)
         for e in s.said("Pod", pod):
             if "OOM" in e["message"] or "OOMKilled" in e["message"]:
-                yield Finding(app, "oom_killed", [e["message"]], 7)
+                yield _on_pod(s, pod, "oom_killed", [e["message"]], 7)
         statuses = p["status"].get("containerStatuses", [])
         for status in statuses:
             last = (status.get("lastState") or {}).get("terminated", {})
             if last.get("reason") == "OOMKilled":
-                yield Finding(app, "oom_killed", [f"last state terminated: OOMKilled (exit {last.get('exitCode')})"], 7)
+                yield _on_pod(s, pod, "oom_killed", [f"last state terminated: OOMKilled (exit {last.get('exitCode')})"], 7)
         crashed = [st for st in statuses if (st.get("lastState") or {}).get("terminated", {}).get("reason") == "Error"]
         reached = [e for e in s.said("Pod", pod) if e["message"].startswith("Liveness probe failed")
                    and "connection refused" not in e["message"]]
@@ -364,8 +370,8 @@ def _runtime(s: Snapshot):
                       if isinstance(d, dict) and not str(d.get("Type", "")).startswith(("Projected", "ConfigMap",
                                                                                          "Secret", "EmptyDir"))]
             if mounts:
-                denied = _lines_with(s, app, "permission denied")
-                yield Finding(app, "volume_mount_permission_denied", [
+                denied = _lines_with(s, _app(s, "Pod", pod), "permission denied")
+                yield _on_pod(s, pod, "volume_mount_permission_denied", [
                     f"container {crashed[0]['name']} exits by itself (exit code "
                     f"{crashed[0]['lastState']['terminated'].get('exitCode')}) with volume {mounts[0]} mounted",
                     *denied[:1]], 7.5 if denied else 6.5)
@@ -391,7 +397,7 @@ def _runtime(s: Snapshot):
                 cause = f"{which}_probe_incorrect_port"
             else:
                 cause = f"{which}_probe_incorrect_timing"
-            yield Finding(app, cause, [e["message"], f"{which} probe: {probe}"], 6 if e["count"] > 1 else 5)
+            yield _on_pod(s, pod, cause, [e["message"], f"{which} probe: {probe}"], 6 if e["count"] > 1 else 5)
 
 
 def _routing(s: Snapshot):
@@ -502,7 +508,7 @@ def _sidecar(s: Snapshot):
             clash = mine & (others | (SIDECAR_PORTS if any(o.get("name") == "istio-proxy" for o in containers)
                                       else set()))
             if clash:
-                yield Finding(_app(s, "Pod", pod), "service_sidecar_port_conflict",
+                yield _on_pod(s, pod, "service_sidecar_port_conflict",
                               [f"container {c['name']} of {pod} declares port {sorted(clash)[0]}, which the pod's "
                                "sidecar holds"], 7)
 
@@ -625,15 +631,28 @@ SLACK = dt.timedelta(minutes=10)  # a state exported this long after a window st
 
 
 def collect(con, window) -> list[Item]:
-    """The family's evidence in a telemetry window (the `features.evidence` contract): a live cluster's findings as of
-    the window's end (its events from an hour before it), each an item of kind `state` on the service or node to fix,
-    its key the cluster's fault type. A store without a live cluster's objects has none."""
+    """The family's evidence in a telemetry window (the `features.evidence` contract): a live cluster's findings at its
+    exports in the window (its events from an hour before it), each an item of kind `state` on the pods it was found on
+    where the telemetry knows them (else on the service or node to fix), its key the cluster's fault type. A store
+    without a live cluster's objects has none."""
     if not con.execute("select 1 from k8s_objects where snapshot is null limit 1").fetchall():
         return []
     items = []
-    for f in findings(con, None, window.start - BASELINE, window.end + SLACK):
+    known = {pod for pod, in con.execute("select distinct pod from placement").fetchall()}  # the telemetry's pods
+    # The state the cluster showed at each of its exports in the window (a fault over before the window ends shows in
+    # those during it), and at the last before it; each cause once.
+    pulls = [t for t, in con.execute("""select distinct seen from k8s_objects where snapshot is null and seen <= $1
+                                         and seen >= coalesce((select max(seen) from k8s_objects
+                                                               where snapshot is null and seen <= $2), $2)
+                                         order by seen""", [window.end + SLACK, window.start]).fetchall()]
+    said: dict[tuple[str, str], Finding] = {}
+    for pull in pulls or [window.end + SLACK]:
+        for f in findings(con, None, window.start - BASELINE, pull):
+            said.setdefault((f.component, f.root_cause), f)
+    for f in said.values():
         level, _, name = f.component.partition("/")
-        if level in ("app", "node"):
-            items.append(Item(name, "state", 1.0, f.root_cause, flat(f"{f.root_cause}: {f.evidence[0]}", 200),
-                              "state"))
+        if level in ("app", "node"):  # on each pod it was found on that the telemetry knows (the ranking tells a
+            for component in (f.pods if f.pods and set(f.pods) <= known else (name,)):  # replica from its service)
+                items.append(Item(component, "state", 1.0, f.root_cause,
+                                  flat(f"{f.root_cause}: {f.evidence[0]}", 200), "state"))
     return items

@@ -8,7 +8,8 @@ entry, and a gRPC error's words become an HTTP client's where the target speaks 
 dependants feel the effects through `workload`, so propagation is not written per fault; a datastore's own metrics
 move by the roles its description gives them (`system.ROLES`).
 
-The library is split by what a fault acts on (pods, JVMs, the network, code, datastores, load and queues, nodes), each
+The library is split by what a fault acts on (pods, JVMs, the network, code, datastores, load and queues, nodes, the
+cluster itself), each
 module's entries registered as it is imported; `base` holds the contract they share. The library checks which faults a
 description applies (`check`); a description knows nothing of the library.
 """
@@ -21,12 +22,12 @@ from functools import partial
 from rcalab.errors import DescriptionError, ScheduleError
 
 from ..system import System
-from . import code, datastores, jvm, load, network, nodes, pods
+from . import code, datastores, jvm, kubernetes, load, network, nodes, pods
 from .base import FAULTS, OPENING, Fault, Target, applies, busiest_site, can, code_site
 
 __all__ = ["FAULTS", "OPENING", "Fault", "Target", "applies", "busiest_site", "can", "check", "code_site",
            "fault_types", "get", "scenario"]
-LIBRARY = (pods, jvm, network, code, datastores, load, nodes)  # the modules whose entries FAULTS holds, as imported
+LIBRARY = (pods, jvm, network, code, datastores, load, nodes, kubernetes)  # the modules whose entries FAULTS holds, as imported
 
 
 def check(system: System) -> System:
