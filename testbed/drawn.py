@@ -143,14 +143,16 @@ def _add_call(rng, caller: dict, name: str, callee: dict, first: bool = False) -
 
 
 def _faults(description: dict) -> dict[str, list[str]]:
-    """Every fault of the library, on every kind of component (and language) it can act on here."""
+    """Every fault of the library, on every kind of component (and language) it can act on here; the cluster's own
+    faults once a drawn system's dump holds the cluster's state (`bench systems` simulates without it: in its
+    telemetry alone such a fault is a pod's failure)."""
     from .system import _build
 
     system = _build({**description, "faults": {}}, f"drawn-{description['name']}")
     specs = sorted({c["kind"] for c in description["components"].values()} |
                    {f"service:{c['language']}" for c in description["components"].values() if c["kind"] == "service"})
     out: dict[str, list[str]] = {}
-    for name in sorted(FAULTS):
+    for name in sorted(n for n, f in FAULTS.items() if f.category != "kubernetes"):
         kinds = [s for s in ("link", "node") if applies(name, s, system) is None]
         kinds += [s for s in specs if ":" not in s and applies(name, s, system) is None]
         if not kinds:  # a fault for services of some languages only (on a JVM)
