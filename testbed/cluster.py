@@ -85,12 +85,12 @@ def events_between(day: Day, lo: int, hi: int) -> list[tuple[int, dict]]:
     return out
 
 
-def _value(value) -> dict:
+def any_value(value) -> dict:
     """A value as an OTLP AnyValue, as the Collector writes a body."""
     if isinstance(value, dict):
-        return {"kvlistValue": {"values": [{"key": k, "value": _value(v)} for k, v in value.items()]}}
+        return {"kvlistValue": {"values": [{"key": k, "value": any_value(v)} for k, v in value.items()]}}
     if isinstance(value, list):
-        return {"arrayValue": {"values": [_value(v) for v in value]}}
+        return {"arrayValue": {"values": [any_value(v) for v in value]}}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
@@ -100,7 +100,7 @@ def _value(value) -> dict:
 
 def _record(obj: dict, minute: int, day: Day) -> dict:
     nanos = int((day.start_utc + minute * MINUTE).timestamp()) * 10**9
-    return {"timeUnixNano": str(nanos), "observedTimeUnixNano": str(nanos), "body": _value(obj),
+    return {"timeUnixNano": str(nanos), "observedTimeUnixNano": str(nanos), "body": any_value(obj),
             "attributes": [{"key": "event.domain", "value": {"stringValue": "k8s"}},
                            {"key": "event.name", "value": {"stringValue": obj["kind"]}}]}
 

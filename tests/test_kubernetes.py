@@ -13,6 +13,7 @@ from conftest import SHARED
 from etl import kubectl, store
 from features.evidence.kubernetes import findings
 from rcalab.cli import cli
+from testbed.cluster import any_value
 
 CASES = SHARED / "cloudopsbench" / "boutique"
 CRASHING = """Name:             redis-cart-79598c9984-fs47p
@@ -185,19 +186,6 @@ def test_case_folders_are_answered_and_judged_end_to_end_and_no_answer_reads_a_l
     assert unlabelled.read_text() == answers.read_text()
 
 
-def _otlp_value(value):
-    """A Python value as an OTLP AnyValue, as the Collector's JSON writes one."""
-    if isinstance(value, dict):
-        return {"kvlistValue": {"values": [{"key": k, "value": _otlp_value(v)} for k, v in value.items()]}}
-    if isinstance(value, list):
-        return {"arrayValue": {"values": [_otlp_value(v) for v in value]}}
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    return {"stringValue": str(value)}
-
-
 PENDING = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "cart-5f9c-x2x", "namespace": "shop", "labels": {"app": "cart"},
                         "ownerReferences": [{"kind": "ReplicaSet", "name": "cart-5f9c"}], "managedFields": [{}]},
@@ -226,7 +214,7 @@ def test_a_cluster_s_exports_beside_a_telemetry_dump_load_into_the_same_tables(t
               "reason": "Odd", "message": "no object"}
     (k8s / "pods.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List",
                                                "items": [PENDING, SCHEDULING, widget, orphan, huge]}, indent=4))
-    record = {"timeUnixNano": "1749204300000000000", "body": _otlp_value({"type": "MODIFIED", "object": {
+    record = {"timeUnixNano": "1749204300000000000", "body": any_value({"type": "MODIFIED", "object": {
         **PENDING, "metadata": {**PENDING["metadata"], "name": "cart-5f9c-y7y"}}}),
         "attributes": [{"key": "event.domain", "value": {"stringValue": "k8s"}},
                        {"key": "event.name", "value": {"stringValue": "Pod"}}]}
