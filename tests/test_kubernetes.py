@@ -387,3 +387,18 @@ def test_a_testbed_kubernetes_fault_is_named_by_the_ranking_from_the_cluster_s_s
     assert top.component in (truth["instance"] if isinstance(truth["instance"], list) else [truth["instance"]])
     assert digest.options[top.component][0].fault_type == "incorrect_image_reference", digest.options[top.component]
     assert any("Failed to pull image" in i.text for i in top.evidence + top.found)
+
+
+def test_a_quota_on_a_resource_the_taxonomy_has_no_fault_of_names_none_and_stops_nothing(tmp_path):
+    short = {**_deployment("cart"), "status": {"replicas": 0}}
+    replicas = {"kind": "ReplicaSet", "metadata": {"name": "cart-5f9c", "namespace": "shop",
+                                                   "ownerReferences": [{"kind": "Deployment", "name": "cart"}]}}
+    refused = _event("ReplicaSet", "cart-5f9c", "FailedCreate", 'Error creating: pods "cart-5f9c-x" is forbidden: '
+                     "exceeded quota: objects, requested: count/configmaps=1, used: count/configmaps=5, limited: "
+                     "count/configmaps=5")
+    objects, events, _ = kubectl.from_json([short, replicas, refused, _deployment("shop", replicas=0)])
+    con = store.connect(tmp_path / "tiny.duckdb")
+    for table, rows in kubectl.tables(objects, events, None).items():
+        con.register("rows", rows)
+        con.execute(f"insert into {table} by name select * from rows")
+    assert [(f.component, f.root_cause) for f in findings(con, None)] == [("app/shop", "deployment_zero_replicas")]

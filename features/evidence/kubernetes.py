@@ -183,6 +183,12 @@ RESOURCE = (("pods", "pod"), ("services", "service"), ("storage", "storage"), ("
             ("memory", "memory"), ("cpu", "cpu"))
 
 
+def _quota_kind(resource: str) -> str | None:
+    """The fault type's word for a quota's resource (`requests.cpu`, `pods`, `requests.storage`), or None for one
+    the taxonomy has no fault of (`count/configmaps`)."""
+    return next((kind for word, kind in RESOURCE if word in resource), None)
+
+
 def _admission(s: Snapshot):
     """A workload that cannot create its pods: the API server refused them (a quota, a service account)."""
     accounts = set(s.of("ServiceAccount"))
@@ -195,10 +201,8 @@ def _admission(s: Snapshot):
                 if e["reason"] != "FailedCreate":
                     continue
                 quota = QUOTA.search(e["message"])
-                if quota:
-                    requested = quota.group(2)
-                    kind = next(k for word, k in RESOURCE if word in requested.split("=")[0] or word == "pods"
-                                and requested.startswith("pods"))
+                kind = _quota_kind(quota.group(2).split("=")[0]) if quota else None
+                if kind:
                     yield Finding(f"namespace/{s.of('ReplicaSet')[rs]['namespace'] or s.namespace}",
                                   f"namespace_{kind}_quota_exceeded", [e["message"]], 9)
                 account = re.search(r'serviceaccount "([^"]+)" not found', e["message"])
@@ -208,7 +212,7 @@ def _admission(s: Snapshot):
         used, hard = quota["status"].get("used", {}), quota["status"].get("hard", {})
         for resource, limit in hard.items():
             if limit is not None and used.get(resource) is not None and _quantity(used[resource]) >= _quantity(limit):
-                kind = next((k for word, k in RESOURCE if word in resource), None)
+                kind = _quota_kind(resource)
                 if kind:
                     yield Finding(f"namespace/{quota['namespace'] or s.namespace}", f"namespace_{kind}_quota_exceeded",
                                   [f"quota {name}: {resource} used {used[resource]} of {limit}"], 8)
