@@ -236,6 +236,11 @@ def test_a_cluster_s_exports_beside_a_telemetry_dump_load_into_the_same_tables(t
     said, = con.execute("select error from manifest where path like '%pods.json'").fetchall()[0]
     assert "event lost: no object involved" in said and "ConfigMap huge" in said and "the rest loaded" in said
     assert con.execute("select count(*) from metric_points").fetchall()[0][0]  # the telemetry loaded as before
+    import duckdb
+
+    from etl.adapters import kubernetes, otlp
+
+    assert otlp.signal(duckdb.connect(), k8s / "objects.jsonl") == kubernetes.KIND  # in an OTLP dump, told at once
 
 
 def _deployment(name, replicas=1, containers=None, labels=None):

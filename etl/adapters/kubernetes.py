@@ -1,7 +1,7 @@
 """A cluster's objects and events beside any dump: `kubectl get ... -o json` exports (a `List`, or one object) and
 the OpenTelemetry Collector's k8sobjects receiver (pull or watch) as its file exporter writes it (OTLP/JSON log
 records whose body is the object, or a watch's `{type, object}`; `event.domain` is `k8s`). The loader gives this
-module every JSON file an adapter skipped or took for logs (`claim`), whatever the dump's layout; they load into
+module every JSON file an adapter skipped (`claim`), whatever the dump's layout; they load into
 `k8s_objects` (seen: the export file's time, a record's time) and `k8s_events`."""
 
 from __future__ import annotations
@@ -38,15 +38,16 @@ def candidates(root: Path) -> list[Path]:
 
 
 def claim(file: InputFile) -> InputFile:
-    """The file as a cluster's export where it is one (by its first bytes), as it was otherwise."""
-    if file.kind not in ("skip", "log") or not file.path.name.endswith(SUFFIXES):
+    """A file an adapter skipped, as a cluster's export where it is one (by its first bytes); any other as it was.
+    (The OTLP adapter tells the Collector's records itself, reading their first line as it does every file's.)"""
+    if file.kind != "skip" or not file.path.name.endswith(SUFFIXES):
         return file
     try:
         with _open(file.path) as f:
             head = f.read(PEEK)
     except (OSError, EOFError, UnicodeError):
         return file
-    if COLLECTOR.search(head) or (file.kind == "skip" and EXPORT.match(head) and '"kind"' in head):
+    if COLLECTOR.search(head) or (EXPORT.match(head) and '"kind"' in head):
         return InputFile(file.path, KIND)
     return file
 

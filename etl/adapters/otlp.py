@@ -56,14 +56,18 @@ QUANTILE = 0.95
 
 
 def signal(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
-    """The kind of telemetry a file's first export request holds, or None where it is no OTLP JSON. DuckDB reads
-    it as the load will (plain, gzip or zstd, by the file's suffix)."""
+    """The kind of telemetry a file's first export request holds (the Collector's records of a cluster's objects:
+    `kubernetes.KIND`), or None where it is no OTLP JSON. DuckDB reads it as the load will (plain, gzip or zstd, by
+    the file's suffix)."""
     try:
-        first = con.execute("select json_keys(json) from read_json_objects(?, format = 'newline_delimited') limit 1",
-                            [str(path)]).fetchone()
+        first = con.execute("""select json_keys(json), regexp_matches(json::varchar, ?)
+                               from read_json_objects(?, format = 'newline_delimited') limit 1""",
+                            [kubernetes.COLLECTOR.pattern, str(path)]).fetchone()
     except duckdb.InvalidInputException:  # not JSON lines
         return None
-    return next((SIGNALS[k] for k in (first[0] if first else []) if k in SIGNALS), None)
+    keys, objects = first or ([], False)
+    kind = next((SIGNALS[k] for k in keys if k in SIGNALS), None)
+    return kubernetes.KIND if kind == "log" and objects else kind
 
 
 def _files(root: Path) -> list[Path]:
@@ -86,8 +90,7 @@ def _signals(root: Path):
 
 def detect(root: Path) -> bool:
     """Whether the dump holds OTLP telemetry (the Collector's records of a cluster's objects alone are not)."""
-    return any(kind and kubernetes.claim(InputFile(path, kind)).kind != kubernetes.KIND
-               for path, kind, _ in _signals(root))
+    return any(kind not in (None, kubernetes.KIND) for _, kind, _ in _signals(root))
 
 
 def discover(root: Path) -> list[InputFile]:
