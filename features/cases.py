@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from etl import store
 from rcalab.errors import RcalabError, read_json
 
 YEARS = (1970, 2200)  # telemetry has no time outside these
@@ -69,9 +70,15 @@ def load_questions(path: Path) -> list[Question]:
     return questions
 
 
-def snapshot_questions(con) -> list[dict]:
-    """A question for every frozen cluster state in a store (a Cloud-OpsBench case), its uuid the snapshot's name."""
+def snapshot_questions(db: Path) -> list[dict]:
+    """A question for every frozen cluster state in the store `db` (a Cloud-OpsBench case), its uuid the snapshot's
+    name."""
+    con = store.connect(db, read_only=True)
+    try:
+        names = store.cursor(con).execute("select distinct snapshot from k8s_objects where snapshot is not null "
+                                          "order by snapshot").fetchall()
+    finally:
+        con.close()
     return [{"uuid": name, "snapshot": name,
              "Anomaly Description": f"The cluster of snapshot {name} is abnormal. Please infer the possible cause."}
-            for name, in con.execute("select distinct snapshot from k8s_objects where snapshot is not null "
-                                     "order by snapshot").fetchall()]
+            for name, in names]

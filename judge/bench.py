@@ -174,12 +174,8 @@ def cluster(root: Path, out: Path, progress=lambda what: None) -> dict:
     started = time.perf_counter()
     run_etl(root, db)
     load_seconds = time.perf_counter() - started
-    con = store.connect(db, read_only=True)
-    try:
-        asked = snapshot_questions(store.cursor(con))
-    finally:
-        con.close()
     questions_file, answers = out / "cluster-input.json", out / "cluster-answers.jsonl"
+    asked = snapshot_questions(db)
     questions_file.write_text(json.dumps(asked))
     answers.unlink(missing_ok=True)
     transcripts_path(answers).unlink(missing_ok=True)
@@ -188,18 +184,15 @@ def cluster(root: Path, out: Path, progress=lambda what: None) -> dict:
     run_batch(db, load_questions(questions_file), answers, None, model="rank")
     answer_seconds = time.perf_counter() - started
     judged = cloudopsbench.evaluate(root, answers)
-    labels = cloudopsbench.labels(root)
-    rows = {json.loads(line)["uuid"]: json.loads(line) for line in answers.read_text().splitlines()}
     by_category: dict[str, dict] = {}
-    for uuid, want in labels.items():
-        first = [tuple(str(p.get(f, "")).lower() for f in cloudopsbench.FIELDS)
-                 for p in rows.get(uuid, {}).get("top_3_predictions", [])]
+    for uuid, hit in judged["cases"].items():
         c = by_category.setdefault(uuid.split("/")[1], {"cases": 0, "A@1": 0, "A@3": 0})
         c["cases"] += 1
-        c["A@1"] += bool(first) and first[0] == want
-        c["A@3"] += want in first[:3]
-    commonest = max(set(labels.values()), key=list(labels.values()).count)
-    return {**judged["summary"], "constant": round(list(labels.values()).count(commonest) / len(labels), 4),
+        c["A@1"] += hit["A@1"]
+        c["A@3"] += hit["A@3"]
+    labels = [hit["label"] for hit in judged["cases"].values()]
+    commonest = max(set(labels), key=labels.count)
+    return {**judged["summary"], "constant": round(labels.count(commonest) / len(labels), 4),
             "best_agent": BEST_AGENT, "load_seconds_per_case": round(load_seconds / len(labels), 3),
             "answer_seconds_per_case": round(answer_seconds / len(labels), 3),
             "by_category": {k: {"cases": v["cases"], "A@1": round(v["A@1"] / v["cases"], 3),

@@ -33,25 +33,25 @@ def labels(root: Path) -> dict[str, tuple[str, str, str]]:
 
 
 def evaluate(truth: Path, answers: Path) -> dict:
+    """The summary, and each case's label and hits (`cases`: uuid -> label, A@1 ... cause@1; unanswered: none)."""
     problems: list[str] = []
     label = labels(truth)
     rows = read_jsonl(answers, {"uuid": str, "top_3_predictions": list}, problems)
-    hits = {m: 0 for m in MEASURES[:4]}
-    answered, misses = 0, []
+    cases, misses = {}, []
     for uuid, want in label.items():
+        hit = {"label": want} | {m: False for m in MEASURES[:4]}
+        cases[uuid] = hit
         if uuid not in rows:
             continue
-        answered += 1
         predicted = [tuple(str(p.get(f, "")).strip().lower() for f in FIELDS)
                      for p in rows[uuid][1]["top_3_predictions"][:3] if isinstance(p, dict)]
         first = predicted[0] if predicted else ("", "", "")
-        hits["A@1"] += first == want
-        hits["A@3"] += want in predicted
-        hits["object@1"] += first[1] == want[1]
-        hits["cause@1"] += first[2] == want[2]
+        hit |= {"A@1": first == want, "A@3": want in predicted, "object@1": first[1] == want[1],
+                "cause@1": first[2] == want[2]}
         if first != want:
             misses.append({"uuid": uuid, "label": "/".join(want), "first": "/".join(first)})
     problems += [f"{answers}: an answer for {u}, which is not a case of {truth}" for u in rows if u not in label]
     n = len(label)
-    summary = {m: round(h / n, 4) for m, h in hits.items()} | {"cases": n, "answered": answered}
-    return {"summary": summary, "misses": misses, "problems": problems, "transcripts": {}}
+    summary = {m: round(sum(c[m] for c in cases.values()) / n, 4) for m in MEASURES[:4]} | {
+        "cases": n, "answered": sum(u in rows for u in label)}
+    return {"summary": summary, "cases": cases, "misses": misses, "problems": problems, "transcripts": {}}

@@ -389,7 +389,8 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
                              max_tools=max_tools, time_limit=time_limit, decide=decide,
                              progress=lambda uuid: bar.update(task, advance=1, description=cell(uuid)))
 
-    if agent == "rank" or all(q.snapshot for q in questions):  # a snapshot's objects answer: no model to start
+    frozen = all(q.snapshot for q in questions)  # a frozen cluster's objects answer: no model to start, no day
+    if agent == "rank" or frozen:
         report = batch(None, "rank")
     else:
         with endpoint() as (client, model):
@@ -401,8 +402,8 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
         from judge.notebooks import render_notebooks
         from judge.pages import write_pages
 
-        with working("running the notebooks on the store"):  # a day's notebooks: snapshots have no day
-            notebooks = {} if all(q.snapshot for q in questions) else render_notebooks(db, input_, pages)
+        with working("running the notebooks on the store"):  # a day's notebooks
+            notebooks = {} if frozen else render_notebooks(db, input_, pages)
         write_pages(db, questions, out, pages, notebooks)
         echo(f"pages: {pages / 'index.html'}")
     for kind, cases in (("fallback", report.fallback), ("unanswered", report.failed),
@@ -438,14 +439,9 @@ def questions(db, out):
 
     Example: rcalab questions --db store.duckdb --out input.json
     """
-    from etl import store
     from features.cases import snapshot_questions
 
-    con = store.connect(db, read_only=True)
-    try:
-        asked = snapshot_questions(store.cursor(con))
-    finally:
-        con.close()
+    asked = snapshot_questions(db)
     if not asked:
         raise RcalabError(f"{db}: no cluster snapshots (k8s_objects.snapshot); a telemetry dump's questions come from "
                           "'rcalab cases' or 'rcalab detect'")
