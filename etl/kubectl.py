@@ -498,16 +498,16 @@ def _event_json(item: dict) -> dict | None:
     return {"kind": "Event", "type": item.get("type", ""), "reason": item.get("reason", ""),
             "message": item.get("message") or item.get("note") or "",
             "count": item.get("count") or item.get("deprecatedCount") or series.get("count") or 1,
-            "firstSeen": _time(item.get("firstTimestamp") or item.get("deprecatedFirstTimestamp")
+            "firstSeen": utc(item.get("firstTimestamp") or item.get("deprecatedFirstTimestamp")
                                or item.get("eventTime")),
-            "lastSeen": _time(item.get("lastTimestamp") or item.get("deprecatedLastTimestamp")
+            "lastSeen": utc(item.get("lastTimestamp") or item.get("deprecatedLastTimestamp")
                               or series.get("lastObservedTime") or item.get("eventTime")),
             "ageSeconds": None,
             "involvedObject": {"kind": involved.get("kind"), "name": involved.get("name"),
                                "namespace": involved.get("namespace") or item["metadata"].get("namespace")}}
 
 
-def _time(text) -> dt.datetime | None:
+def utc(text) -> dt.datetime | None:
     """An RFC 3339 time as naive UTC, or None."""
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(dt.timezone.utc).replace(

@@ -8,10 +8,8 @@ a node with its evidence lines) into `k8s_events` as type Alert. The snapshot is
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
-from contextlib import suppress
 from pathlib import Path
 
 import pyarrow as pa
@@ -93,11 +91,7 @@ def _logs(logs, case: str) -> tuple[dict, list[str]]:
         for line in lines:
             text = str(line)
             stamp = STAMP.match(text)
-            when = None
-            if stamp:
-                with suppress(ValueError):
-                    when = dt.datetime.fromisoformat(stamp.group(1).replace("Z", "+00:00")).astimezone(
-                        dt.timezone.utc).replace(tzinfo=None)
+            when = kubectl.utc(stamp.group(1)) if stamp else None
             rows.append({"snapshot": case, "namespace": None, "service": service, "ts": when,
                          "message": text[stamp.end():] if when else text})
     notes = [f"services whose logs are not a list of lines: {', '.join(odd[:5])}; the rest loaded"] if odd else []
