@@ -265,6 +265,19 @@ def _event(kind, name, reason, message, namespace="shop"):
                                                                      "namespace": namespace}}
 
 
+def _tiny(tmp_path, items, logs=()):
+    """A store of a cluster's state: its objects and events, and (service, line) log lines."""
+    objects, events, problems = kubectl.from_json(items)
+    assert not problems
+    con = store.connect(tmp_path / "tiny.duckdb")
+    for table, rows in kubectl.tables(objects, events, None).items():
+        con.register("rows", rows)
+        con.execute(f"insert into {table} by name select * from rows")
+    for service, line in logs:
+        con.execute("insert into k8s_logs (service, message) values (?, ?)", [service, line])
+    return con
+
+
 GRPC = [{"name": "server", "image": "cart:1", "ports": [{"containerPort": 7070}],
          "livenessProbe": {"grpc": {"port": 7070}, "periodSeconds": 5}}]
 TINY = {  # a cluster's state as its exports show it: the cause, and the finding it must give
@@ -304,13 +317,7 @@ TINY = {  # a cluster's state as its exports show it: the cause, and the finding
 def test_each_kind_of_cause_on_a_tiny_cluster(tmp_path, cause):
     """Fault types no development case shows, each in the words Kubernetes writes it."""
     items, component = TINY[cause]
-    objects, events, problems = kubectl.from_json(items)
-    assert not problems
-    con = store.connect(tmp_path / "tiny.duckdb")
-    for table, rows in kubectl.tables(objects, events, None).items():
-        con.register("rows", rows)
-        con.execute(f"insert into {table} by name select * from rows")
-    top = findings(con, None)[0]
+    top = findings(_tiny(tmp_path, items), None)[0]
     assert (top.component, top.root_cause) == (component, cause), top
 
 
@@ -401,9 +408,43 @@ def test_a_quota_on_a_resource_the_taxonomy_has_no_fault_of_names_none_and_stops
     refused = _event("ReplicaSet", "cart-5f9c", "FailedCreate", 'Error creating: pods "cart-5f9c-x" is forbidden: '
                      "exceeded quota: objects, requested: count/configmaps=1, used: count/configmaps=5, limited: "
                      "count/configmaps=5")
-    objects, events, _ = kubectl.from_json([short, replicas, refused, _deployment("shop", replicas=0)])
-    con = store.connect(tmp_path / "tiny.duckdb")
-    for table, rows in kubectl.tables(objects, events, None).items():
-        con.register("rows", rows)
-        con.execute(f"insert into {table} by name select * from rows")
+    con = _tiny(tmp_path, [short, replicas, refused, _deployment("shop", replicas=0)])
     assert [(f.component, f.root_cause) for f in findings(con, None)] == [("app/shop", "deployment_zero_replicas")]
+
+
+def _mysql_pod():
+    return {**_pod("tsdb-mysql-0", "tsdb-mysql", containers=[{"name": "mysql", "image": "mysql:5.7"}]),
+            "metadata": {"name": "tsdb-mysql-0", "namespace": "shop", "labels": {"app": "tsdb-mysql"},
+                         "ownerReferences": [{"kind": "StatefulSet", "name": "tsdb-mysql"}]}}
+
+
+READ_ONLY = ("java.sql.SQLException: The MySQL server is running with the --read-only option so it cannot execute "
+             "this statement")
+DENIED = "java.sql.SQLException: Access denied for user 'ts'@'10.244.1.7' (using password: YES)"
+LINK = "com.mysql.cj.jdbc.exceptions.CommunicationsException: Communications link failure"
+REFUSED = {  # clients' lines -> the finding: the server's state is the server's; a client's setting, the client's
+    "read-only": ([("ts-order-service", READ_ONLY)], ("app/tsdb-mysql", "db_read_only")),
+    "too many connections": ([("ts-order-service", 'Data source rejected establishment of connection, message from '
+                                                   'server: "Too many connections"')],
+                             ("app/tsdb-mysql", "db_connection_exhaustion")),
+    "one client denied": ([("ts-order-service", DENIED), ("ts-route-service", "GET /routes 200")],
+                          ("app/ts-order-service", "mysql_invalid_credentials")),
+    "every client denied": ([("ts-order-service", DENIED), ("ts-route-service", DENIED)],
+                            ("app/tsdb-mysql", "mysql_invalid_credentials")),
+    "port refused": ([("ts-order-service", LINK), ("ts-order-service", "Caused by: java.net.ConnectException: "
+                                                                       "Connection refused")],
+                     ("app/ts-order-service", "mysql_invalid_port")),
+    "host unknown": ([("ts-order-service", LINK), ("ts-order-service", "Caused by: java.net.UnknownHostException: "
+                                                                       "tsdb-mysq1-leader")],
+                     ("app/ts-order-service", "service_env_var_address_mismatch")),
+    "a read-only disk is no database": ([("ts-order-service", "java.io.IOException: Read-only file system")], None),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_database_s_refusal_in_its_clients_logs_names_the_side_to_fix(tmp_path, case):
+    lines, expected = REFUSED[case]
+    con = _tiny(tmp_path, [_deployment("ts-order-service"), _pod("ts-order-service-5f9c-x2x", "ts-order-service"),
+                           _mysql_pod()], lines)
+    found = [(f.component, f.root_cause) for f in findings(con, None)]
+    assert found[:1] == ([expected] if expected else []), found

@@ -574,20 +574,60 @@ def _lines_with(s: Snapshot, app: str, words: str) -> list[str]:
     return [line for line in s.logs.get(service, []) if words in line.lower()]
 
 
-DATABASE = (("access denied for user", "mysql_invalid_credentials"), ("communications link failure", "mysql_invalid_port"),
-            ("read-only", "db_read_only"), ("read only", "db_read_only"),
-            ("too many connections", "db_connection_exhaustion"))
+# A database's refusal in the words the database itself writes it (MySQL's, PostgreSQL's and Redis's messages, as
+# their clients log them); a JDBC link failure is a port only where the name resolved.
+REFUSALS = (("mysql_invalid_credentials", ("access denied for user", "password authentication failed for user",
+                                           "wrongpass", "noauth authentication required")),
+            ("db_read_only", ("--read-only option", "--super-read-only option", "in a read-only transaction",
+                              "can't write against a read only replica")),
+            ("db_connection_exhaustion", ("too many connections", "too many clients already",
+                                          "remaining connection slots are reserved", "max number of clients reached")),
+            ("mysql_invalid_port", ("communications link failure",)))
+UNRESOLVED = ("unknownhostexception", "no such host", "name or service not known", "temporary failure in name resolution")
+SERVER_SIDE = {"db_read_only", "db_connection_exhaustion"}  # a server's own state, fixed on the server
+ENGINES = ("mysql", "mariadb", "percona", "postgres", "redis", "mongo")
+
+
+def _databases(s: Snapshot) -> dict[str, str]:
+    """The workloads that run a database, by the image their pods run: app/NAME -> the engine."""
+    found = {}
+    for pod, p in s.of("Pod").items():
+        for c in p["spec"].get("containers", []):
+            engine = next((e for e in ENGINES if e in str(c.get("image", "")).lower()), None)
+            if engine:
+                found[_app(s, "Pod", pod)] = engine
+    return found
 
 
 def _said_by_logs(s: Snapshot):
-    """A database's refusal in the words MySQL (and most databases) write it, in a service's own logs: the service
-    is the one that cannot work. (No development case shows these; the words are the databases' own.)"""
+    """A database's refusal in its clients' logs, on the side that is to fix: a server in read-only mode or out of
+    connections is the database's; credentials or a port refused are the client's settings, unless several clients
+    are refused alike (then what changed is the server's). The database is the one the lines name, else the only
+    one the cluster runs. (No development case shows these; the words are the databases' own.)"""
+    databases = _databases(s)
+    said: dict[str, dict[str, str]] = {}  # cause -> client app -> its first line saying it
     for service, lines in s.logs.items():
+        app = f"app/{service}"
+        if app in databases:
+            continue  # a server's own log of a refusal is not a client refused
         text = "\n".join(lines).lower()
-        for words, cause in DATABASE:
-            if words in text:
-                line = next(line for line in lines if words in line.lower())
-                yield Finding(f"app/{service}", cause, [line[:300]], 5)
+        for cause, words in REFUSALS:
+            word = next((w for w in words if w in text), None)
+            if word:
+                if cause == "mysql_invalid_port" and any(w in text for w in UNRESOLVED):
+                    cause = "service_env_var_address_mismatch"  # the name it was given resolves to nothing
+                said.setdefault(cause, {})[app] = next(line for line in lines if word in line.lower())[:300]
+    for cause, clients in said.items():
+        first = next(iter(clients.values()))
+        if cause in SERVER_SIDE or len(clients) > 1:
+            named = [d for d in databases if any(d.split("/", 1)[1] in line.lower() for line in clients.values())]
+            server = named[0] if len(named) == 1 else next(iter(databases)) if len(databases) == 1 else None
+            if server and cause != "service_env_var_address_mismatch":
+                yield Finding(server, cause, [first, f"{len(clients)} clients refused alike: "
+                                                     f"{', '.join(c.split('/', 1)[1] for c in clients)}"], 5)
+                continue
+        for client, line in clients.items():
+            yield Finding(client, cause, [line], 5)
 
 
 def _rise(message: str) -> float:
