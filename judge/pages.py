@@ -221,6 +221,22 @@ def _table(head: list[str], rows: list[list]) -> str:
     return out + "</table>"
 
 
+def _status_words(status: dict) -> tuple[str, str]:
+    """An object's status as kubectl's columns say it (a phase, replicas, each container's state and restarts) and
+    its conditions (`Ready=False (KubeletNotReady)`)."""
+    words = [str(status["phase"])] if status.get("phase") else []
+    words += [f"{key} {status[key]}" for key in ("replicas", "readyReplicas", "availableReplicas",
+                                                 "unavailableReplicas") if status.get(key) is not None]
+    for c in status.get("containerStatuses") or []:
+        if isinstance(c, dict):
+            state, detail = next(iter((c.get("state") or {}).items()), ("", {}))
+            reason = detail.get("reason", "") if isinstance(detail, dict) else ""
+            words.append(f"{c.get('name')}: {state} {reason}".strip() + f", restarts {c.get('restartCount', 0)}")
+    conditions = [f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") else "")
+                  for c in status.get("conditions") or [] if isinstance(c, dict)]
+    return "; ".join(words), ", ".join(conditions)
+
+
 def snapshot_page(con, q: Question, answer: dict | None) -> str:
     """A frozen cluster's case: the answer, every finding with the words it rests on, and the objects of the answer
     with their status, their events and alerts, and their service's log lines that name a failure."""
@@ -240,12 +256,13 @@ def snapshot_page(con, q: Question, answer: dict | None) -> str:
         like = name + "%" if kind == "app" else name
         kinds = {"app": ("Deployment", "ReplicaSet", "Pod", "Service", "PersistentVolumeClaim"), "node": ("Node",),
                  "namespace": ("ResourceQuota",)}.get(kind, ())
-        objects = con.execute("""select kind, name, status->>'$.phase', status->>'$.conditions'
-                                 from k8s_objects where snapshot = ? and name like ? and list_contains(?, kind)
+        objects = con.execute("""select kind, name, status from k8s_objects
+                                 where snapshot = ? and name like ? and list_contains(?, kind)
                                  order by kind, name""", [q.snapshot, like, list(kinds)]).fetchall()
         parts.append(f"<h2>The objects of {e(found[0].component)}</h2>" +
-                     (_table(["kind", "name", "phase", "conditions"], [list(r) for r in objects]) if objects
-                      else "<p>none listed</p>"))
+                     (_table(["kind", "name", "status", "conditions"],
+                             [[kind, name, *_status_words(json.loads(status))] for kind, name, status in objects])
+                      if objects else "<p>none listed</p>"))
         events = con.execute("""select type, object_kind, object_name, reason, count, message from k8s_events
                                 where snapshot = ? and object_name like ? and type <> 'Normal'
                                 order by age_s nulls last limit ?""", [q.snapshot, like, MAX_LINES]).fetchall()
