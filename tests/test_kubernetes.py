@@ -304,6 +304,12 @@ TINY = {  # a cluster's state as its exports show it: the cause, and the finding
         _deployment("ts-order-mysql"), {"kind": "Service", "metadata": {"name": "ts-order-mysql", "namespace": "shop"},
          "spec": {"selector": {"app": "ts-order-mysql"}, "ports": [{"port": 3306, "targetPort": 3306}]}}],
         "app/ts-order"),
+    "liveness_probe_incorrect_protocol": ([_deployment("ts-order"), _pod("ts-order-5f9c-x2x", "ts-order", containers=[
+        {"name": "server", "ports": [{"containerPort": 12031}], "livenessProbe": {"grpc": {"port": 12031}}}],
+        containerStatuses=[{"name": "server", "ready": True, "restartCount": 4, "state": {"running": {}}}]),
+        _event("Pod", "ts-order-5f9c-x2x", "Unhealthy", "Liveness probe failed: error: health rpc probe failed: rpc "
+               'error: code = Unavailable desc = connection error: desc = "error reading server preface: http2: frame '
+               'too large"')], "app/ts-order"),
     "kube_proxy_unavailable": ([_pod("kube-proxy-x2x4p", "kube-proxy", phase="Failed", namespace="kube-system",
                                      node="worker-2")], "node/worker-2"),
     "pod_anti_affinity_conflict": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", phase="Pending", node=None),

@@ -353,6 +353,10 @@ def _startup(s: Snapshot):
 
 
 PROBE = re.compile(r"(Liveness|Readiness) probe failed: (.*)")
+# A probe answered in another protocol: an HTTP probe's reply that is no HTTP (Go's net/http words), a gRPC probe's
+# that is no HTTP/2 or no gRPC health service (grpc-go's and the kubelet's words)
+OTHER_PROTOCOL = ("malformed HTTP", "HTTP/1.x transport", "server preface", "http2: frame too large",
+                  "does not implement the grpc health protocol")
 
 
 def _runtime(s: Snapshot):
@@ -395,7 +399,7 @@ def _runtime(s: Snapshot):
                          {})
             ports = {port["containerPort"] for c in p["spec"].get("containers", []) for port in c.get("ports", [])}
             detail = m.group(2)
-            if "malformed HTTP" in detail or "HTTP/1.x transport" in detail:
+            if any(words in detail for words in OTHER_PROTOCOL):
                 cause = f"{which}_probe_incorrect_protocol"
             elif _probe(probe)[1] and ports and _probe(probe)[1] not in ports:
                 cause = f"{which}_probe_incorrect_port"
