@@ -17,6 +17,7 @@ import json
 import re
 
 import pyarrow as pa
+import yaml
 
 DASHES = re.compile(r"^\s*-{2,}(\s+-{2,})*\s*$")
 KEY = re.compile(r"^(\s*)([^\s:][^:]*?):(?:\s+(.*?))?\s*$")
@@ -488,6 +489,31 @@ def from_json(items: list, seen: dt.datetime | None = None) -> tuple[list[dict],
                         {k: v for k, v in item.items() if k not in ("kind", "apiVersion", "metadata", "status")},
                         "status": item.get("status") or {}, "seen": seen})
     return objects, events, problems
+
+
+class _NoAliases(yaml.SafeLoader):
+    """YAML without anchors' aliases: a manifest needs none, and a few aliases can stand for a document of billions
+    of nodes once written out as JSON."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("an alias (*name): manifests with aliases are not read")
+        return super().compose_node(parent, index)
+
+
+DECLARED = {"declared": True}  # a manifest's object: what was asked for, never written by the cluster
+
+
+def manifests(text: str) -> tuple[list[dict], list[str]]:
+    """The objects of YAML manifests (as `kubectl apply -f` takes them, `---` between), each with the status
+    `DECLARED` (a manifest has none of its own), and a line for each document left out."""
+    try:
+        documents = [d for d in yaml.load_all(text, Loader=_NoAliases) if d is not None]
+    except yaml.YAMLError as e:
+        return [], [f"not YAML manifests ({str(e).splitlines()[0]})"]
+    objects, events, problems = from_json(documents)
+    problems += [f"event {e['involvedObject'].get('name')}: an event is no manifest" for e in events]
+    return [{**o, "status": DECLARED} for o in objects], problems
 
 
 def _event_json(item: dict) -> dict | None:

@@ -118,6 +118,8 @@ EXPECTED = {  # a case of each stage of a pod's life: its label, and the words t
     "admission/44": ("Admission_Fault", "namespace/boutique", "namespace_service_quota_exceeded"),
     "scheduling/141": ("Scheduling_Fault", "app/adservice", "taint_toleration_mismatch"),
     "scheduling/128": ("Scheduling_Fault", "app/redis-cart", "pvc_access_mode_mismatch"),
+    "scheduling/53": ("Scheduling_Fault", "app/redis-cart", "pvc_capacity_mismatch"),  # the claim's size: its
+    "scheduling/131": ("Scheduling_Fault", "app/redis-cart", "pvc_selector_mismatch"),  # manifest's, as its selector
     "startup/1": ("Startup_Fault", "app/adservice", "image_registry_dns_failure"),
     "startup/60": ("Startup_Fault", "app/redis-cart", "volume_mount_permission_denied"),
     "runtime/10": ("Runtime_Fault", "app/checkoutservice", "liveness_probe_incorrect_port"),
@@ -128,6 +130,23 @@ EXPECTED = {  # a case of each stage of a pod's life: its label, and the words t
     "performance/1": ("Performance_Fault", "app/adservice", "pod_cpu_overload"),
     "performance/12": ("Performance_Fault", "app/adservice", "pod_network_delay"),
 }
+
+
+def test_manifests_are_declared_objects_and_aliases_are_not_read():
+    claim = """apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: shop}
+spec:
+  resources: {requests: {storage: 3Gi}}
+  selector: {matchLabels: {disktype: hdd}}
+---
+"""
+    objects, problems = kubectl.manifests(claim)
+    assert not problems and objects[0]["spec"]["resources"]["requests"]["storage"] == "3Gi"
+    assert objects[0]["status"] == kubectl.DECLARED
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
+    assert kubectl.manifests(bomb)[0] == [] and "alias" in kubectl.manifests(bomb)[1][0]
+    assert kubectl.manifests("kind: [unclosed")[1][0].startswith("not YAML")
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,10 @@
 Kubernetes cluster in a fault. `raw_data/k8s_states.json` maps each kubectl command line that was run to its text
 output (`get` tables and `describe`), read here into `k8s_objects` and `k8s_events` (`etl.kubectl`); `logs.json`
 (service -> the lines kubectl logs printed) into `k8s_logs`; `alert.json` (the alerts firing, each on a service or
-a node with its evidence lines) into `k8s_events` as type Alert. The snapshot is the case's `SYSTEM/CATEGORY/ID`.
-`metadata.json` holds the case's label: the judge reads it, never the ETL.
+a node with its evidence lines) into `k8s_events` as type Alert; `tool_cache.json`'s `GetAppYAML` outputs (each
+app's manifests, as applied) into `k8s_objects` with the status `kubectl.DECLARED`: what was asked for, which the
+evidence holds beside what the cluster shows. The snapshot is the case's `SYSTEM/CATEGORY/ID`. `metadata.json` holds
+the case's label: the judge reads it, never the ETL.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from .base import InputFile, Query
 NAME = "cloudopsbench"
 STATES = "k8s_states.json"
 READ = (STATES, "logs.json", "alert.json")
+TOOLS = "tool_cache.json"
+MANIFESTS = "GetAppYAML:"  # the tool that prints an app's manifests; the other tools' outputs repeat the raw data
 SKIPPED = {"metadata.json": "the case's label and query: read by the judge, never by an answer",
-           "tool_cache.json": "the benchmark's cached tool outputs: rcalab reads the raw snapshot",
            "metrics.csv": "a case's metrics are not read yet"}
 
 
@@ -48,7 +51,7 @@ def discover(root: Path) -> list[InputFile]:
     files = []
     for case in cases(root):
         for path in sorted(p for p in case.rglob("*") if p.is_file()):
-            if path.name in READ and path.parent.name == "raw_data":
+            if path.name in READ and path.parent.name == "raw_data" or path.name == TOOLS and path.parent == case:
                 files.append(InputFile(path, "k8s"))
             else:
                 files.append(InputFile(path, "skip", SKIPPED.get(path.name, "not part of the snapshot rcalab reads")))
@@ -65,8 +68,8 @@ def query(con, file: InputFile) -> Query:
         doc = json.loads(file.path.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError as e:
         raise LoadError(f"not JSON ({e})") from None
-    case = snapshot(file.path.parent.parent)
-    reader = {STATES: _states, "logs.json": _logs, "alert.json": _alerts}[file.path.name]
+    case = snapshot(file.path.parent if file.path.name == TOOLS else file.path.parent.parent)
+    reader = {STATES: _states, "logs.json": _logs, "alert.json": _alerts, TOOLS: _declared}[file.path.name]
     tables, notes = reader(doc, case)
     return Query({table: f"select * from parsed_{table}" for table in tables},
                  frames={f"parsed_{table}": rows for table, rows in tables.items()}, notes=notes)
@@ -77,6 +80,19 @@ def _states(states, case: str) -> tuple[dict, list[str]]:
         raise LoadError("not a map of kubectl command lines to their output")
     objects, events, problems = kubectl.read_states(states)
     return kubectl.tables(objects, events, case), kubectl.left_out(problems, "outputs")
+
+
+def _declared(tools, case: str) -> tuple[dict, list[str]]:
+    """The apps' manifests that `GetAppYAML` printed, as declared objects."""
+    if not isinstance(tools, dict):
+        raise LoadError("not a map of tool calls to their outputs")
+    objects, problems = [], []
+    for call, text in tools.items():
+        if str(call).startswith(MANIFESTS):
+            found, said = kubectl.manifests(str(text))
+            objects += found
+            problems += [f"{call[:80]}: {line}" for line in said]
+    return kubectl.tables(objects, [], case), kubectl.left_out(problems, "manifests")
 
 
 def _logs(logs, case: str) -> tuple[dict, list[str]]:

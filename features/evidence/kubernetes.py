@@ -90,20 +90,29 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
     """A frozen cluster's state, or (None) a live cluster's as its exports last showed it before `until`, with the
     events seen from `since`."""
     objects: dict[str, dict[str, dict]] = {}
+    declared: dict[tuple[str, str], dict] = {}
     namespaces: dict[str, int] = {}
-    for kind, namespace, name, owner, labels, spec, status in con.execute(
+    for kind, namespace, name, owner, labels, spec, status, asked in con.execute(
             # each object's latest state; of a live cluster, those its last exports before `until` show (an object
-            # no export of the hour before showed is gone)
-            """with seen as (select * from k8s_objects where snapshot is not distinct from $snapshot
+            # no export of the hour before showed is gone); and its manifest, where one was read
+            """with seen as (select *, coalesce(try_cast(status->>'$.declared' as boolean), false) as asked
+                             from k8s_objects where snapshot is not distinct from $snapshot
                                 and ($until is null or seen is null or seen <= $until))
-               select kind, namespace, name, owner, labels, spec, status from seen
+               select kind, namespace, name, owner, labels, spec, status, asked from seen
                where seen is null or seen > (select max(seen) from seen) - interval 1 hour
-               qualify row_number() over (partition by kind, namespace, name order by seen desc nulls last) = 1""",
+               qualify row_number() over (partition by kind, namespace, name, asked
+                                          order by seen desc nulls last) = 1""",
             {"snapshot": snapshot, "until": until}).fetchall():
+        if asked:
+            declared[kind, name] = json.loads(spec)
+            continue
         objects.setdefault(kind, {})[name] = {"namespace": namespace, "owner": owner, "labels": json.loads(labels),
                                               "spec": json.loads(spec), "status": json.loads(status)}
         if namespace:
             namespaces[namespace] = namespaces.get(namespace, 0) + 1
+    for (kind, name), spec in declared.items():  # what was asked fills in what the cluster's words left out; an
+        if name in objects.get(kind, {}):       # object only asked for is not there
+            objects[kind][name]["spec"] = _overlay(spec, objects[kind][name]["spec"])
     events: dict[tuple[str, str], list[dict]] = {}
     for kind, name, type_, reason, message, count, age in con.execute(
             """select object_kind, object_name, type, reason, message, count, age_s from k8s_events
@@ -121,6 +130,24 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
                                         [snapshot]).fetchall():
         logs.setdefault(service, []).append(message or "")
     return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs)
+
+
+EMPTY = (None, "", [], {}, "<none>", "<unset>")
+
+
+def _overlay(asked, shown):
+    """An object's spec as the cluster shows it (`shown`, from kubectl's words), with what its manifest asked for
+    (`asked`) wherever the words say nothing: maps key by key, lists of named parts (containers, variables) part by
+    part. A part the manifest asks for and the cluster does not show is not there."""
+    if shown in EMPTY:
+        return shown if asked in EMPTY else asked
+    if isinstance(asked, dict) and isinstance(shown, dict):
+        return {**asked, **{k: _overlay(asked.get(k), v) for k, v in shown.items()}}
+    if isinstance(asked, list) and isinstance(shown, list) and all(isinstance(x, dict) and "name" in x
+                                                                   for x in asked + shown):
+        by_name = {x["name"]: x for x in asked}
+        return [_overlay(by_name.get(x["name"]), x) for x in shown]
+    return shown
 
 
 def findings(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.datetime | None = None
@@ -275,6 +302,22 @@ def _unmet(s: Snapshot, selector) -> bool:
     return not nodes or not any(all(n["labels"].get(k) == v for k, v in selector.items()) for n in nodes.values())
 
 
+def _selects(selector: dict, labels: dict) -> bool:
+    """Whether a label selector selects an object's labels: a map of labels (a Service's), or `matchLabels` and
+    `matchExpressions` (In, NotIn, Exists, DoesNotExist), as Kubernetes reads them."""
+    if "matchLabels" not in selector and "matchExpressions" not in selector:
+        return all(labels.get(k) == v for k, v in selector.items())
+    if not all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, values = e.get("key"), e.get("values") or []
+        held = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+                "Exists": key in labels, "DoesNotExist": key not in labels}.get(e.get("operator"), False)
+        if not held:
+            return False
+    return True
+
+
 def _pending(p: dict) -> bool:
     return p["status"].get("phase") == "Pending" or any(
         c.get("type") == "PodScheduled" and c.get("status") == "False" for c in p["status"].get("conditions", []))
@@ -303,7 +346,7 @@ def _claims(s: Snapshot, pod: str, p: dict, event: dict):
                 f"the claim asks {sorted(asked)}; the volumes offer {sorted(set().union(*offered))}"], 7)
             continue
         selector = spec.get("selector") or {}
-        if selector and not any(all(v["labels"].get(k) == val for k, val in selector.items()) for v in same.values()):
+        if selector and not any(_selects(selector, v["labels"]) for v in same.values()):
             yield _on_pod(s, pod, "pvc_selector_mismatch", words + [f"the claim selects {selector}: no volume has it"], 7)
             continue
         size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
@@ -417,7 +460,7 @@ def _routing(s: Snapshot):
         selector = svc["spec"].get("selector") or {}
         if not selector:
             continue
-        chosen = [p for p in pods if all(p["labels"].get(k) == v for k, v in selector.items())]
+        chosen = [p for p in pods if _selects(selector, p["labels"])]
         if not chosen:
             templates = [d for d in s.of("Deployment").values()
                          if all((d["spec"].get("template", {}).get("metadata", {}).get("labels") or {}).get(k) == v
