@@ -329,6 +329,15 @@ TINY = {  # a cluster's state as its exports show it: the cause, and the finding
         _event("Pod", "ts-order-5f9c-x2x", "Unhealthy", "Liveness probe failed: error: health rpc probe failed: rpc "
                'error: code = Unavailable desc = connection error: desc = "error reading server preface: http2: frame '
                'too large"')], "app/ts-order"),
+    "liveness_probe_incorrect_timing": ([_deployment("ts-order"), _pod("ts-order-5f9c-x2x", "ts-order", containers=[
+        {"name": "server", "ports": [{"containerPort": 12031}],
+         "livenessProbe": {"tcpSocket": {"port": 12031}, "initialDelaySeconds": 5}}], containerStatuses=[
+        {"name": "server", "ready": False, "restartCount": 5, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"reason": "Error", "exitCode": 143}}}]),  # a JVM not listening yet: refused
+        _event("Pod", "ts-order-5f9c-x2x", "Unhealthy", "Liveness probe failed: dial tcp 10.244.1.7:12031: connect: "
+                                                        "connection refused"),
+        {**_event("Pod", "ts-order-5f9c-x2x", "Killing", "Container server failed liveness probe, will be restarted"),
+         "type": "Normal"}], "app/ts-order"),
     "kube_proxy_unavailable": ([_pod("kube-proxy-x2x4p", "kube-proxy", phase="Failed", namespace="kube-system",
                                      node="worker-2")], "node/worker-2"),
     "pod_anti_affinity_conflict": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", phase="Pending", node=None),

@@ -416,7 +416,9 @@ def _runtime(s: Snapshot):
         crashed = [st for st in statuses if (st.get("lastState") or {}).get("terminated", {}).get("reason") == "Error"]
         reached = [e for e in s.said("Pod", pod) if e["message"].startswith("Liveness probe failed")
                    and "connection refused" not in e["message"]]
-        if crashed and not reached:  # it exits by itself: a probe refused finds nothing listening, it kills nothing
+        killed = any(e["reason"] == "Killing" and "failed liveness probe" in e["message"]
+                     for e in s.said("Pod", pod, warning=False))  # the kubelet's word that its probe killed it
+        if crashed and not reached and not killed:  # it exits by itself: a probe refused finds nothing listening
             mounts = [v for v, d in (p["spec"].get("volumes") or {}).items()
                       if isinstance(d, dict) and not str(d.get("Type", "")).startswith(("Projected", "ConfigMap",
                                                                                          "Secret", "EmptyDir"))]
