@@ -471,14 +471,21 @@ REFUSED = {  # clients' lines -> the finding: the server's state is the server's
     "host unknown": ([("ts-order-service", LINK), ("ts-order-service", "Caused by: java.net.UnknownHostException: "
                                                                        "tsdb-mysq1-leader")],
                      ("app/ts-order-service", "service_env_var_address_mismatch")),
+    "a gateway's route to no service": ([("ts-gateway-service", "NotFoundException: 503 SERVICE_UNAVAILABLE \"Unable "
+                                                                 "to find instance for ts-order-servcie\"")],
+                                         ("app/ts-gateway-service", "gateway_misroute")),
+    "a registry's instance of a service that is down is no route's fault": (
+        [("ts-gateway-service", "java.lang.IllegalStateException: No instances available for ts-order-service")],
+        None),
     "a read-only disk is no database": ([("ts-order-service", "java.io.IOException: Read-only file system")], None),
 }
 
 
 @pytest.mark.parametrize("case", REFUSED)
-def test_a_database_s_refusal_in_its_clients_logs_names_the_side_to_fix(tmp_path, case):
+def test_what_a_client_logs_of_a_part_it_uses_names_the_side_to_fix(tmp_path, case):
     lines, expected = REFUSED[case]
     con = _tiny(tmp_path, [_deployment("ts-order-service"), _pod("ts-order-service-5f9c-x2x", "ts-order-service"),
-                           _mysql_pod()], lines)
+                           _mysql_pod(), {"kind": "Service", "metadata": {"name": "ts-order-service", "namespace": "shop"},
+                                          "spec": {"selector": {"app": "ts-order-service"}}}], lines)
     found = [(f.component, f.root_cause) for f in findings(con, None)]
     assert found[:1] == ([expected] if expected else []), found

@@ -567,11 +567,15 @@ def _sidecar(s: Snapshot):
 
 
 LOOKUP = re.compile(r"lookup ([a-z0-9][a-z0-9.-]*?)(?:\.[a-z0-9-]+\.svc[.a-z]*)? on [^:]+:53: no such host")
+# A client that found no instance of a name in its service registry (Spring Cloud's load balancers' words)
+UNREGISTERED = re.compile(r"(?:Unable to find instance for|No instances available for|No servers available for "
+                          r"service:)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])", re.I)
 
 
 def _dns(s: Snapshot):
-    """Names of services that exist but do not resolve: the cluster's DNS fails them (an address naming no service
-    is the address's fault, found by `_routing`)."""
+    """Names clients looked up in vain. Of a service that exists, the cluster's DNS failed the lookups. A name no
+    service has is the client's own setting naming a part that is not there: a gateway's route, any other client's
+    address (a near miss of a service's name says so)."""
     failed: dict[str, int] = {}
     for lines in s.logs.values():
         for line in lines:
@@ -582,6 +586,16 @@ def _dns(s: Snapshot):
         name = max(failed, key=failed.get)
         yield Finding(f"app/{name}", "service_dns_resolution_failure",
                       [f"{failed[name]} log lines: lookup {name} failed (no such host), though the service exists"], 3)
+    services = s.of("Service")
+    for client, lines in s.logs.items():
+        missing = {m.group(1): line for line in lines for m in [UNREGISTERED.search(line)] if m}
+        for name, line in missing.items():
+            if name in services or name in s.of("Deployment") or not services:
+                continue  # a part that is there: why it has no instance is its own state's to say
+            near = difflib.get_close_matches(name, services, n=1, cutoff=0.75)
+            cause = "gateway_misroute" if "gateway" in client else "service_env_var_address_mismatch"
+            yield Finding(f"app/{client}", cause, [line[:300]] + [f"no service {name}" + (
+                f" (service {near[0]} exists)" if near else "")], 6 if near else 4)
 
 
 def _infrastructure(s: Snapshot):
