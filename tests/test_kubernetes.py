@@ -338,6 +338,13 @@ TINY = {  # a cluster's state as its exports show it: the cause, and the finding
                                                         "connection refused"),
         {**_event("Pod", "ts-order-5f9c-x2x", "Killing", "Container server failed liveness probe, will be restarted"),
          "type": "Normal"}], "app/ts-order"),
+    "namespace_storage_quota_exceeded": ([_deployment("redis"), _pod("redis-5f9c-x2x", "redis", phase="Pending", node=None),
+        _event("Pod", "redis-5f9c-x2x", "FailedScheduling",
+               '0/3 nodes are available: persistentvolumeclaim "redis-pvc" not found.'),
+        {"kind": "PersistentVolumeClaim", "metadata": {"name": "redis-pvc", "namespace": "shop"},  # its manifest's
+         "spec": {"resources": {"requests": {"storage": "1Gi"}}}, "status": {"declared": True}},
+        {"kind": "ResourceQuota", "metadata": {"name": "storage", "namespace": "shop"},
+         "status": {"hard": {"requests.storage": "500Mi"}, "used": {"requests.storage": "0"}}}], "namespace/shop"),
     "kube_proxy_unavailable": ([_pod("kube-proxy-x2x4p", "kube-proxy", phase="Failed", namespace="kube-system",
                                      node="worker-2")], "node/worker-2"),
     "pod_anti_affinity_conflict": ([_deployment("cart"), _pod("cart-5f9c-x2x", "cart", phase="Pending", node=None),

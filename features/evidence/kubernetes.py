@@ -67,12 +67,13 @@ class Finding:
 
 @dataclass
 class Snapshot:
-    """A cluster's objects by kind and name, the events of each object (its alerts among them, of type Alert) and
-    each service's log lines."""
+    """A cluster's objects by kind and name, the events of each object (its alerts among them, of type Alert),
+    each service's log lines, and the specs manifests ask for of objects the cluster does not have (`missing`)."""
     objects: dict[str, dict[str, dict]]
     events: dict[tuple[str, str], list[dict]]
     namespace: str | None
     logs: dict[str, list[str]] = field(default_factory=dict)
+    missing: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def of(self, kind: str) -> dict[str, dict]:
         return self.objects.get(kind, {})
@@ -129,7 +130,8 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
     for service, message in con.execute("select service, message from k8s_logs where snapshot is not distinct from ?",
                                         [snapshot]).fetchall():
         logs.setdefault(service, []).append(message or "")
-    return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs)
+    missing = {key: spec for key, spec in declared.items() if key[1] not in objects.get(key[0], {})}
+    return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs, missing)
 
 
 EMPTY = (None, "", [], {}, "<none>", "<unset>")
@@ -235,14 +237,25 @@ def _admission(s: Snapshot):
                 account = re.search(r'serviceaccount "([^"]+)" not found', e["message"])
                 if account and account.group(1) not in accounts:
                     yield Finding(f"app/{name}", "missing_service_account", [e["message"]], 9)
+    claims = {name: _quantity(((spec.get("resources") or {}).get("requests") or {}).get("storage") or "nan")
+              for (kind, name), spec in s.missing.items() if kind == "PersistentVolumeClaim"}
     for name, quota in s.of("ResourceQuota").items():  # a quota at its limit refuses the next object
         used, hard = quota["status"].get("used", {}), quota["status"].get("hard", {})
         for resource, limit in hard.items():
-            if limit is not None and used.get(resource) is not None and _quantity(used[resource]) >= _quantity(limit):
-                kind = _quota_kind(resource)
-                if kind:
-                    yield Finding(f"namespace/{quota['namespace'] or s.namespace}", f"namespace_{kind}_quota_exceeded",
-                                  [f"quota {name}: {resource} used {used[resource]} of {limit}"], 8)
+            kind = _quota_kind(resource)
+            if not kind or limit is None:
+                continue
+            room = _quantity(limit) - _quantity(used.get(resource) or 0)
+            namespace = f"namespace/{quota['namespace'] or s.namespace}"
+            if used.get(resource) is not None and room <= 0:
+                yield Finding(namespace, f"namespace_{kind}_quota_exceeded",
+                              [f"quota {name}: {resource} used {used[resource]} of {limit}"], 8)
+            elif kind == "storage":  # a claim its manifest asks for, not in the cluster, larger than the room left
+                for claim, size in claims.items():
+                    if size > room:
+                        yield Finding(namespace, "namespace_storage_quota_exceeded", [
+                            f"claim {claim} asks {size / 2**30:g}Gi and is not in the cluster; quota {name} leaves "
+                            f"{max(room, 0) / 2**30:g}Gi of {resource}"], 8)
 
 
 UNITS = {"m": 1e-3, "k": 1e3, "Ki": 2**10, "M": 1e6, "Mi": 2**20, "G": 1e9, "Gi": 2**30, "T": 1e12, "Ti": 2**40}
