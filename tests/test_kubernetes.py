@@ -149,6 +149,27 @@ spec:
     assert kubectl.manifests("kind: [unclosed")[1][0].startswith("not YAML")
 
 
+def test_a_node_service_systemd_says_is_not_active_names_the_node(tmp_path):
+    """The benchmark's CheckNodeServiceStatus outputs: kube-proxy stopped on worker-02 (a service of the node, not a
+    pod: no pod says so), kubelet running everywhere."""
+    from etl.adapters.cloudopsbench import _tools
+
+    status = "Service: {unit}\nNode: {node}\nStatus: x {unit}.service\n     Active: {active} since Fri 2025-12-05\n"
+    tools = {f'CheckNodeServiceStatus:{{"node_name":"{node}","service_name":"{unit}"}}':
+             status.format(unit=unit, node=node, active="inactive (dead)" if (node, unit) == ("worker-02", "kube-proxy")
+                           else "active (running)")
+             for node in ("worker-01", "worker-02") for unit in ("kubelet", "kube-proxy")}
+    tools['CheckNodeServiceStatus:{"node_name": 7}'] = "?"
+    tables, notes = _tools(tools, "boutique/infrastructure/9")
+    assert "not a node and a service" in notes[0]
+    con = store.connect(tmp_path / "tiny.duckdb")
+    for table, rows in tables.items():
+        con.register("rows", rows)
+        con.execute(f"insert into {table} by name select * from rows")
+    top = findings(con, "boutique/infrastructure/9")
+    assert [(f.component, f.root_cause) for f in top] == [("node/worker-02", "kube_proxy_unavailable")], top
+
+
 @pytest.fixture(scope="module")
 def cases_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("cloudopsbench")

@@ -2,10 +2,12 @@
 Kubernetes cluster in a fault. `raw_data/k8s_states.json` maps each kubectl command line that was run to its text
 output (`get` tables and `describe`), read here into `k8s_objects` and `k8s_events` (`etl.kubectl`); `logs.json`
 (service -> the lines kubectl logs printed) into `k8s_logs`; `alert.json` (the alerts firing, each on a service or
-a node with its evidence lines) into `k8s_events` as type Alert; `tool_cache.json`'s `GetAppYAML` outputs (each
-app's manifests, as applied) into `k8s_objects` with the status `kubectl.DECLARED`: what was asked for, which the
-evidence holds beside what the cluster shows. The snapshot is the case's `SYSTEM/CATEGORY/ID`. `metadata.json` holds
-the case's label: the judge reads it, never the ETL.
+a node with its evidence lines) into `k8s_events` as type Alert. From `tool_cache.json`, the benchmark's tools'
+outputs: `GetAppYAML`'s (each app's manifests, as applied) into `k8s_objects` with the status `kubectl.DECLARED`, what
+was asked for, which the evidence holds beside what the cluster shows; `CheckNodeServiceStatus`'s (systemd's status of
+a node's kubelet, container runtime, kube-proxy or scheduler) into `k8s_events` as type Service on the node, the
+unit the reason and its `Active:` line the message. The snapshot is the case's `SYSTEM/CATEGORY/ID`. `metadata.json`
+holds the case's label: the judge reads it, never the ETL.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ NAME = "cloudopsbench"
 STATES = "k8s_states.json"
 READ = (STATES, "logs.json", "alert.json")
 TOOLS = "tool_cache.json"
-MANIFESTS = "GetAppYAML:"  # the tool that prints an app's manifests; the other tools' outputs repeat the raw data
+MANIFESTS = "GetAppYAML:"  # the tool that prints an app's manifests
+UNITS = "CheckNodeServiceStatus:"  # the tool that prints systemd's status of a node's service
+# (the other tools' outputs repeat the raw data)
+ACTIVE = re.compile(r"^\s*Active:\s*(.+)$", re.M)
 SKIPPED = {"metadata.json": "the case's label and query: read by the judge, never by an answer",
            "metrics.csv": "a case's metrics are not read yet"}
 
@@ -69,7 +74,7 @@ def query(con, file: InputFile) -> Query:
     except json.JSONDecodeError as e:
         raise LoadError(f"not JSON ({e})") from None
     case = snapshot(file.path.parent if file.path.name == TOOLS else file.path.parent.parent)
-    reader = {STATES: _states, "logs.json": _logs, "alert.json": _alerts, TOOLS: _declared}[file.path.name]
+    reader = {STATES: _states, "logs.json": _logs, "alert.json": _alerts, TOOLS: _tools}[file.path.name]
     tables, notes = reader(doc, case)
     return Query({table: f"select * from parsed_{table}" for table in tables},
                  frames={f"parsed_{table}": rows for table, rows in tables.items()}, notes=notes)
@@ -82,17 +87,30 @@ def _states(states, case: str) -> tuple[dict, list[str]]:
     return kubectl.tables(objects, events, case), kubectl.left_out(problems, "outputs")
 
 
-def _declared(tools, case: str) -> tuple[dict, list[str]]:
-    """The apps' manifests that `GetAppYAML` printed, as declared objects."""
+def _tools(tools, case: str) -> tuple[dict, list[str]]:
+    """The apps' manifests that `GetAppYAML` printed, as declared objects; the node services' status that
+    `CheckNodeServiceStatus` printed, as events of type Service."""
     if not isinstance(tools, dict):
         raise LoadError("not a map of tool calls to their outputs")
-    objects, problems = [], []
+    objects, events, problems = [], [], []
     for call, text in tools.items():
-        if str(call).startswith(MANIFESTS):
-            found, said = kubectl.manifests(str(text))
+        call, text = str(call), str(text)
+        if call.startswith(MANIFESTS):
+            found, said = kubectl.manifests(text)
             objects += found
             problems += [f"{call[:80]}: {line}" for line in said]
-    return kubectl.tables(objects, [], case), kubectl.left_out(problems, "manifests")
+        elif call.startswith(UNITS):
+            try:
+                asked = json.loads(call[len(UNITS):])
+                node, unit = str(asked["node_name"]), str(asked["service_name"])
+            except (ValueError, KeyError, TypeError):
+                problems.append(f"{call[:80]}: not a node and a service")
+                continue
+            active = ACTIVE.search(text)
+            events.append({"type": "Service", "reason": unit, "message": f"{unit}: " + (
+                active.group(1).strip() if active else text.strip().splitlines()[-1][:200] if text.strip() else ""),
+                "involvedObject": {"kind": "Node", "name": node, "namespace": None}})
+    return kubectl.tables(objects, events, case), kubectl.left_out(problems, "tool outputs")
 
 
 def _logs(logs, case: str) -> tuple[dict, list[str]]:

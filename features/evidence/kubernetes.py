@@ -611,8 +611,20 @@ def _dns(s: Snapshot):
                 f" (service {near[0]} exists)" if near else "")], 6 if near else 4)
 
 
+NODE_SERVICES = (("kubelet", "kubelet_unavailable"), ("containerd", "containerd_unavailable"), ("cri-o", "containerd_unavailable"),
+         ("docker", "containerd_unavailable"), ("kube-proxy", "kube_proxy_unavailable"),
+         ("kube-scheduler", "kube_scheduler_unavailable"))
+
+
 def _infrastructure(s: Snapshot):
-    """A node that cannot run pods: its runtime, its kubelet; and pods no scheduler places."""
+    """A node that cannot run pods: a node service systemd says is not active (its kubelet, container runtime,
+    kube-proxy, scheduler), its runtime, its kubelet; and pods no scheduler places."""
+    for (kind, node), said in s.events.items():
+        for e in said:
+            if kind == "Node" and e["type"] == "Service" and re.search(r": (inactive|failed)\b", e["message"]):
+                cause = next((c for unit, c in NODE_SERVICES if e["reason"].startswith(unit)), None)
+                if cause:
+                    yield Finding(f"node/{node}", cause, [f"systemd on {node}: {e['message']}"], 9.5)
     for pod, p in s.of("Pod").items():
         for e in s.said("Pod", pod):
             if e["reason"] == "FailedCreatePodSandBox" and "containerd.sock" in e["message"]:
