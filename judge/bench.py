@@ -22,6 +22,7 @@ from features.cases import load_questions, snapshot_questions
 from features.digest import build_digest
 from reasoner.agent import openai_chat
 from reasoner.batch import run_batch, transcripts_path
+from reasoner.cluster import leaves_a_choice
 from reasoner.llm import LLMConfig, client, endpoint
 from reasoner.rank import answer
 from reasoner.stub import StubEndpoint
@@ -181,8 +182,14 @@ def cluster(root: Path, out: Path, progress=lambda what: None) -> dict:
     transcripts_path(answers).unlink(missing_ok=True)
     progress(f"answering {len(asked)} cases")
     started = time.perf_counter()
-    run_batch(db, load_questions(questions_file), answers, None, model="rank")
+    questions = load_questions(questions_file)
+    run_batch(db, questions, answers, None, model="rank")
     answer_seconds = time.perf_counter() - started
+    con = store.connect(db, read_only=True)
+    try:  # the cases the llm agent would ask its model about; the others it answers as rank does
+        tied = sum(leaves_a_choice(store.cursor(con), q) for q in questions)
+    finally:
+        con.close()
     judged = cloudopsbench.evaluate(root, answers)
     by_category: dict[str, dict] = {}
     for uuid, hit in judged["cases"].items():
@@ -194,7 +201,7 @@ def cluster(root: Path, out: Path, progress=lambda what: None) -> dict:
     commonest = max(set(labels), key=labels.count)
     return {**judged["summary"], "constant": round(labels.count(commonest) / len(labels), 4),
             "best_agent": BEST_AGENT, "load_seconds_per_case": round(load_seconds / len(labels), 3),
-            "answer_seconds_per_case": round(answer_seconds / len(labels), 3),
+            "answer_seconds_per_case": round(answer_seconds / len(labels), 3), "model_asked": tied,
             "by_category": {k: {"cases": v["cases"], "A@1": round(v["A@1"] / v["cases"], 3),
                                 "A@3": round(v["A@3"] / v["cases"], 3)} for k, v in sorted(by_category.items())},
             "misses": judged["misses"]}

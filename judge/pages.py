@@ -18,7 +18,7 @@ from etl import store
 from features.cases import Question
 from features.digest import Digest, build_digest
 from features.evidence import Window
-from features.evidence.kubernetes import findings
+from features.evidence.kubernetes import findings, status_words
 from features.graph import dependency_graph
 from features.path import STATUS, calls_by_edge, calls_graph, troubled, walked
 from rcalab.errors import OutputError, read_text
@@ -221,22 +221,6 @@ def _table(head: list[str], rows: list[list]) -> str:
     return out + "</table>"
 
 
-def _status_words(status: dict) -> tuple[str, str]:
-    """An object's status as kubectl's columns say it (a phase, replicas, each container's state and restarts) and
-    its conditions (`Ready=False (KubeletNotReady)`)."""
-    words = [str(status["phase"])] if status.get("phase") else []
-    words += [f"{key} {status[key]}" for key in ("replicas", "readyReplicas", "availableReplicas",
-                                                 "unavailableReplicas") if status.get(key) is not None]
-    for c in status.get("containerStatuses") or []:
-        if isinstance(c, dict):
-            state, detail = next(iter((c.get("state") or {}).items()), ("", {}))
-            reason = detail.get("reason", "") if isinstance(detail, dict) else ""
-            words.append(f"{c.get('name')}: {state} {reason}".strip() + f", restarts {c.get('restartCount', 0)}")
-    conditions = [f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") else "")
-                  for c in status.get("conditions") or [] if isinstance(c, dict)]
-    return "; ".join(words), ", ".join(conditions)
-
-
 def snapshot_page(con, q: Question, answer: dict | None) -> str:
     """A frozen cluster's case: the answer, every finding with the words it rests on, and the objects of the answer
     with their status, their events and alerts, and their service's log lines that name a failure."""
@@ -261,7 +245,7 @@ def snapshot_page(con, q: Question, answer: dict | None) -> str:
                                  order by kind, name""", [q.snapshot, like, list(kinds)]).fetchall()
         parts.append(f"<h2>The objects of {e(found[0].component)}</h2>" +
                      (_table(["kind", "name", "status", "conditions"],
-                             [[kind, name, *_status_words(json.loads(status))] for kind, name, status in objects])
+                             [[kind, name, *status_words(json.loads(status))] for kind, name, status in objects])
                       if objects else "<p>none listed</p>"))
         events = con.execute("""select type, object_kind, object_name, reason, count, message from k8s_events
                                 where snapshot = ? and object_name like ? and type <> 'Normal'

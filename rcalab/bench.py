@@ -263,7 +263,8 @@ def rank_table(result: dict) -> Table:
 
 def cluster_table(result: dict) -> Table:
     table = Table(title=f"the cluster's state: Cloud-OpsBench's {result['cases']} development cases, the rank agent",
-                  caption=f"the llm agent answers a snapshot as rank does (the model is not asked); load "
+                  caption=f"the llm agent asks its model only where findings tie at the top "
+                          f"({result.get('model_asked', 0)} of these cases; the others it answers as rank does); load "
                           f"{result['load_seconds_per_case']:.2f} s and answer {result['answer_seconds_per_case']:.3f} "
                           f"s a case; chance: the commonest label, A@1 {result['constant']:.3f}; the benchmark's best "
                           f"LLM agent: A@1 {result['best_agent']:.2f}")

@@ -389,8 +389,8 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
                              max_tools=max_tools, time_limit=time_limit, decide=decide,
                              progress=lambda uuid: bar.update(task, advance=1, description=cell(uuid)))
 
-    frozen = all(q.snapshot for q in questions)  # a frozen cluster's objects answer: no model to start, no day
-    if agent == "rank" or frozen:
+    frozen = all(q.snapshot for q in questions)  # a frozen cluster's objects answer: no day; a model only to choose
+    if agent == "rank" or frozen and not _choices(db, questions):  # among findings its state leaves tied
         report = batch(None, "rank")
     else:
         with endpoint() as (client, model):
@@ -412,6 +412,18 @@ def diagnose(db, input_, out, concurrency, limit, max_tools, time_limit, decide,
             echo(f"{kind}: {uuid}: {why}", err=True)
     if report.failed or report.fallback or report.incomplete:
         raise SystemExit(2)  # a case has no answer, the model failed, or the evidence was incomplete
+
+
+def _choices(db: Path, questions) -> bool:
+    """Whether the state of any of these snapshots leaves its findings tied at the top."""
+    from etl.store import connect, cursor
+    from reasoner.cluster import leaves_a_choice
+
+    con = connect(db, read_only=True)
+    try:
+        return any(leaves_a_choice(cursor(con), q) for q in questions)
+    finally:
+        con.close()
 
 
 @cli.command()

@@ -23,7 +23,7 @@ from features.cases import Question
 from rcalab.errors import OutputError, check_output, read_text
 
 from .agent import Chat, diagnose, rank_only
-from .cluster import snapshot_answer
+from .cluster import SECONDS, snapshot_answer
 
 
 @dataclass
@@ -132,8 +132,8 @@ def _run(db, questions, answers, chat, model, concurrency, limit, progress, sett
     def one(q: Question) -> None:
         cursor = store.cursor(con)
         cursor.execute("set TimeZone = 'UTC'")  # a cursor is a session of its own
-        if q.snapshot:  # a frozen cluster's state: its objects answer, the model is not asked yet
-            outcome = snapshot_answer(cursor, q)
+        if q.snapshot:  # a frozen cluster's state: its objects answer; the model, where they leave a choice
+            outcome = snapshot_answer(cursor, q, chat, model, min(settings.get("time_limit", SECONDS), SECONDS))
         elif chat is None:  # the rank agent
             outcome = rank_only(cursor, q, digests)
         else:

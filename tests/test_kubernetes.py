@@ -517,3 +517,32 @@ def test_what_a_client_logs_of_a_part_it_uses_names_the_side_to_fix(tmp_path, ca
                                           "spec": {"selector": {"app": "ts-order-service"}}}], lines)
     found = [(f.component, f.root_cause) for f in findings(con, None)]
     assert found[:1] == ([expected] if expected else []), found
+
+
+def test_the_llm_agent_asks_its_model_only_where_the_state_leaves_a_choice(tmp_path):
+    """Two apps pending for the same taint tie: the model reads each one's state and chooses; its choice leads, in
+    the finding's own words. A malformed reply leaves the findings' order; one finding asks nothing."""
+    from features.cases import Question
+    from reasoner.cluster import leaves_a_choice, snapshot_answer
+    from test_reasoner import ScriptedChat
+
+    taint = "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: gpu}."
+    items = [_deployment("cart"), _deployment("shop")]
+    for app in ("cart", "shop"):
+        items += [_pod(f"{app}-5f9c-x2x", app, phase="Pending", node=None),
+                  _event("Pod", f"{app}-5f9c-x2x", "FailedScheduling", taint)]
+    con = _tiny(tmp_path, items)
+    q = Question("shop/scheduling/1", None, None, "Pods are pending.", snapshot=None)
+    assert leaves_a_choice(con, q)
+    first = snapshot_answer(con, q).answer["component"]  # the rank agent: the findings' order
+    other = ({"cart", "shop"} - {first}).pop()
+    chat = ScriptedChat({"option": "B"})
+    chosen = snapshot_answer(con, q, chat, "tiny")
+    assert chosen.answer["component"] == other and chosen.transcript["status"] == "answered"
+    assert "untolerated taint" in chosen.answer["reason"] and "Pending" in chat.asked[0][0][1]["content"]
+    assert [p["fault_object"] for p in chosen.answer["top_3_predictions"][:2]] == [f"app/{other}", f"app/{first}"]
+    garbled = snapshot_answer(con, q, ScriptedChat("B, I think"), "tiny")
+    assert garbled.answer["component"] == first and garbled.transcript["status"] == "fallback"
+    con.execute("delete from k8s_events where object_name like ?", [f"{other}-%"])
+    silent = ScriptedChat()
+    assert snapshot_answer(con, q, silent, "tiny").answer["component"] == first and not silent.asked

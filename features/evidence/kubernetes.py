@@ -156,13 +156,17 @@ def findings(con, snapshot: str | None, since: dt.datetime | None = None, until:
              ) -> list[Finding]:
     """The causes a snapshot's state gives (a live cluster's: as of `until`, its events from `since`), the likeliest
     first (each object and cause once)."""
-    s = read(con, snapshot, since, until)
+    return causes(read(con, snapshot, since, until), snapshot or "the cluster")
+
+
+def causes(s: Snapshot, name: str = "the cluster") -> list[Finding]:
+    """The causes a cluster's state `s` (named `name` in a warning) gives, the likeliest first."""
     found = []
     for rule in RULES:
         try:
             found += list(rule(s))
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:  # an object of a shape not foreseen
-            log.warning("%s: %s stopped at an object of a shape it does not read (%s: %s)", snapshot or "the cluster",
+            log.warning("%s: %s stopped at an object of a shape it does not read (%s: %s)", name,
                         rule.__name__.strip("_"), type(e).__name__, e)
     best: dict[tuple[str, str], Finding] = {}
     for f in found:
@@ -753,6 +757,44 @@ def _performance(s: Snapshot):
         name = max(moved, key=moved.get)
         yield Finding(f"app/{name}", "pod_network_delay",
                       [a["message"] for a in services[name] if a["reason"].startswith(("TRAFFIC", "LATENCY"))], 3.7)
+
+
+def status_words(status: dict) -> tuple[str, str]:
+    """An object's status as kubectl's columns say it (a phase, replicas, each container's state and restarts) and
+    its conditions (`Ready=False (KubeletNotReady)`)."""
+    words = [str(status["phase"])] if status.get("phase") else []
+    words += [f"{key} {status[key]}" for key in ("replicas", "readyReplicas", "availableReplicas",
+                                                 "unavailableReplicas") if status.get(key) is not None]
+    for c in status.get("containerStatuses") or []:
+        if isinstance(c, dict):
+            state, detail = next(iter((c.get("state") or {}).items()), ("", {}))
+            reason = detail.get("reason", "") if isinstance(detail, dict) else ""
+            words.append(f"{c.get('name')}: {state} {reason}".strip() + f", restarts {c.get('restartCount', 0)}")
+    conditions = [f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") else "")
+                  for c in status.get("conditions") or [] if isinstance(c, dict)]
+    return "; ".join(words), ", ".join(conditions)
+
+
+def facts(s: Snapshot, component: str, limit: int = 4) -> list[str]:
+    """What the cluster's state says of an object to fix, read only: the status of its workloads, pods and services
+    (an app), its conditions and services (a node) or its quotas (a namespace), then its objects' warnings."""
+    level, _, name = component.partition("/")
+    mine = [(kind, n) for kind, objects in s.objects.items() for n in objects
+            if level == "app" and (n == name and kind != "Pod" or kind == "Pod" and _app(s, "Pod", n) == component)
+            or level == "node" and kind == "Node" and n == name
+            or level == "namespace" and kind == "ResourceQuota"]
+    lines = []
+    for kind, n in mine:
+        o = s.of(kind)[n]
+        state, conditions = status_words(o["status"])
+        if kind == "ResourceQuota":
+            state = ", ".join(f"{r} {o['status'].get('used', {}).get(r)} of {h}"
+                              for r, h in (o["status"].get("hard") or {}).items())
+        if state or conditions:
+            lines.append(f"{kind} {n}: " + "; ".join(w for w in (state, conditions) if w))
+    said = [e for kind, n in mine + [("Node", name)] for e in s.events.get((kind, n), [])
+            if e["type"] in ("Warning", "Service", "Alert") and not (e["type"] == "Service" and ": active" in e["message"])]
+    return lines[:limit] + [f"{e['type']} {e['reason']}: {e['message']}" for e in said[:limit]]
 
 
 RULES = (_admission, _scheduling, _startup, _runtime, _routing, _infrastructure, _sidecar, _dns, _said_by_logs,
