@@ -212,6 +212,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
             units[service] += [it for p in hit for it in units.pop(p)]
             level[service] = "service"
     fallen = load_fell(units, g, service_of)
+    entry = entries(g)
     if not fallen:  # where the load fell, the falls below follow it: no caller stopped calling
         for u, item in missing_calls(units, g):
             units[u].append(item)
@@ -243,8 +244,10 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         c.explained_by = by if worst >= ANOMALOUS else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])
+        # more load where it comes in is the users' doing (a series gone silent took none)
+        users = service_of.get(u, u) in entry and fed([it for it in units[u] if it.kind != "silence"])
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
-                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}),
+                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}) or users,
                           unreachable=any(down(units[d]) for d in deps if d in units and d != u),
                           slow_alone=c.explained_by is None and leaf(g, u))
         if broke - {u} and unfelt(units[u]):

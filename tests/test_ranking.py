@@ -549,6 +549,44 @@ def test_when_the_load_falls_where_it_comes_in_no_caller_is_blamed_for_the_falls
     assert d.candidates[0].score < ABNORMAL  # a load that fell is no incident
 
 
+def test_more_load_where_it_comes_in_is_the_users_doing_and_the_part_it_overwhelms_is_the_cause():
+    """A flood of users: every service takes four times its requests (the entry logs four times the lines), and the
+    one that cannot keep up saturates its CPU. The entry's rise is the users' doing; the cpu is the cause."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    g = nx.DiGraph()
+    g.add_edge("entry", "cart", kind="call", calls=20)
+    g.add_edge("entry", "shop", kind="call", calls=20)
+    rose = [Item(s, "changepoint", 0.6, "request", f"change point request of {s}", "traffic")
+            for s in ("entry", "cart", "shop")]
+    logged = Item("entry", "log", 0.21, "request", 'log entry (x4): "request <*>"', "log")  # its access log, x4
+    cpu = Item("cart", "metric", 0.43, "pod_cpu_usage", "metric pod_cpu_usage of cart", "cpu")
+    assert rank(rose + [logged, cpu], g, {}, set())[0].component == "cart"
+    fell = [replace(i, fell=True) for i in rose]  # fewer users: no fault either, the entry's fall explains the rest
+    assert rank(fell, g, {}, set())[0].score < ABNORMAL
+    # an entry whose responses went silent (a port nothing listens on) took no more load: its silence is its own
+    gone = [Item("entry", "silence", 1.0, "response", "silence response of entry: 691 -> 0", "traffic"),
+            Item("entry", "metric", 0.2, "pod_network_receive_bytes", "metric of entry", "network", fell=True),
+            Item("cart", "log", 0.6, "retrying", 'log cart (new): "retrying request"', "log")]
+    assert rank(gone, g, {}, set())[0].component == "entry"
+
+
+def test_an_error_count_that_grew_with_its_traffic_kept_its_share_and_is_no_evidence(tiny):
+    """cart's requests and its errors both quadruple (its error share held); pay's errors grow twenty times."""
+    con = tiny.done()
+    con.executemany("insert into changepoints values (?, ?, 'apm', ?, ?, ?, ?, ?, ?)",
+                    [(START + dt.timedelta(minutes=2), START.date(), pod, pod[:-2], metric, before, after, 7.0)
+                     for pod, metric, before, after in (("cart-0", "request", 1000.0, 4000.0),
+                                                         ("cart-0", "error", 4.0, 17.0),
+                                                         ("pay-0", "request", 1000.0, 4000.0),
+                                                         ("pay-0", "error", 4.0, 80.0))])
+    found = changepoints.collect(con, Window(START, END))
+    assert sorted((i.component, i.signal) for i in found) == [("cart-0", "traffic"), ("pay-0", "errors"),
+                                                              ("pay-0", "traffic")]
+
+
 def test_a_log_keyword_is_the_line_s_own_words_not_the_template_s_placeholder():
     template = "Rule.execute called for <*> rule <*> fired"
     line = '{"message":"Rule.execute called for adservice-getRandomAds-exception_0:0 rule x fired"}'
