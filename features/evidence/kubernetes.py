@@ -102,7 +102,8 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
                select kind, namespace, name, owner, labels, spec, status, asked from seen
                where seen is null or seen > (select max(seen) from seen) - interval 1 hour
                qualify row_number() over (partition by kind, namespace, name, asked
-                                          order by seen desc nulls last) = 1""",
+                                          order by seen desc nulls last) = 1
+               order by kind, name, namespace""",  # one order on every read: findings that tie keep it
             {"snapshot": snapshot, "until": until}).fetchall():
         if asked:
             declared[kind, name] = json.loads(spec)
@@ -122,13 +123,14 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
                       or coalesce(first_seen, last_seen) <= $until)
                  and ($since is null or coalesce(last_seen, first_seen) is null
                       or coalesce(last_seen, first_seen) >= $since)
-               order by age_s nulls last, last_seen desc""",
+               order by age_s nulls last, last_seen desc nulls last, object_kind, object_name, type, reason,
+                        message""",  # the same order on every load: an alert's lines have no time
             {"snapshot": snapshot, "since": since, "until": until}).fetchall():
         events.setdefault((kind, name), []).append({"type": type_, "reason": reason, "message": message or "",
                                                     "count": count, "age": age})
     logs: dict[str, list[str]] = {}
-    for service, message in con.execute("select service, message from k8s_logs where snapshot is not distinct from ?",
-                                        [snapshot]).fetchall():
+    for service, message in con.execute("""select service, message from k8s_logs where snapshot is not distinct from ?
+                                           order by service, ts nulls last, message""", [snapshot]).fetchall():
         logs.setdefault(service, []).append(message or "")
     missing = {key: spec for key, spec in declared.items() if key[1] not in objects.get(key[0], {})}
     return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs, missing)
