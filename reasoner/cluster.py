@@ -48,7 +48,7 @@ def _transcript(question: Question, found: list[Finding], started: float, status
     return {"uuid": question.uuid, "status": status, "error": error, "model": model, "messages": [], "calls": [],
             "tool_calls": 0, "tokens": {"prompt_tokens": 0, "completion_tokens": 0}, "seconds": seconds,
             "digest_seconds": seconds, "candidates": [f.component for f in found], "confidence": None,
-            "clear": len(found) < 2 or found[0].weight > found[1].weight, "features_missing": [], "skipped": [],
+            "clear": len(_tied(found)) < 2, "features_missing": [], "skipped": [],
             **asked}
 
 

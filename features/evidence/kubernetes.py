@@ -318,7 +318,7 @@ def _unmet(s: Snapshot, selector) -> bool:
     if not isinstance(selector, dict) or not selector:
         return False
     nodes = s.of("Node")
-    return not nodes or not any(all(n["labels"].get(k) == v for k, v in selector.items()) for n in nodes.values())
+    return not nodes or not any(_selects(selector, n["labels"]) for n in nodes.values())
 
 
 def _selects(selector: dict, labels: dict) -> bool:
@@ -482,20 +482,17 @@ def _routing(s: Snapshot):
         if not selector:
             continue
         chosen = [p for p in pods if _selects(selector, p["labels"])]
+        workloads = [d for d in s.of("Deployment").values()  # whose pod template it selects
+                     if _selects(selector, d["spec"].get("template", {}).get("metadata", {}).get("labels") or {})]
         if not chosen:
-            templates = [d for d in s.of("Deployment").values()
-                         if all((d["spec"].get("template", {}).get("metadata", {}).get("labels") or {}).get(k) == v
-                                for k, v in selector.items())]
-            if not templates and s.of("Deployment"):
+            if not workloads and s.of("Deployment"):
                 yield Finding(f"app/{name}", "service_selector_mismatch",
                               [f"service {name} selects {selector}: no pod has these labels"], 7)
             continue
         ports = {port["containerPort"] for p in chosen for c in p["spec"].get("containers", [])
                  for port in c.get("ports", [])}
         # how its workloads are probed, as their templates say (a sidecar rewrites a running pod's probes)
-        probes = {HANDLERS.get(_probe(c.get(f"{w}Probe"))[0]) for d in s.of("Deployment").values()
-                  if all((d["spec"].get("template", {}).get("metadata", {}).get("labels") or {}).get(k) == v
-                         for k, v in selector.items())
+        probes = {HANDLERS.get(_probe(c.get(f"{w}Probe"))[0]) for d in workloads
                   for c in d["spec"].get("template", {}).get("spec", {}).get("containers", [])
                   for w in ("liveness", "readiness")} - {None}
         for port in svc["spec"].get("ports", []):
@@ -617,9 +614,9 @@ def _dns(s: Snapshot):
                 f" (service {near[0]} exists)" if near else "")], 6 if near else 4)
 
 
-NODE_SERVICES = (("kubelet", "kubelet_unavailable"), ("containerd", "containerd_unavailable"), ("cri-o", "containerd_unavailable"),
-         ("docker", "containerd_unavailable"), ("kube-proxy", "kube_proxy_unavailable"),
-         ("kube-scheduler", "kube_scheduler_unavailable"))
+NODE_SERVICES = (("kubelet", "kubelet_unavailable"), ("containerd", "containerd_unavailable"),
+                 ("cri-o", "containerd_unavailable"), ("docker", "containerd_unavailable"),
+                 ("kube-proxy", "kube_proxy_unavailable"), ("kube-scheduler", "kube_scheduler_unavailable"))
 
 
 def _infrastructure(s: Snapshot):
@@ -794,7 +791,7 @@ def facts(s: Snapshot, component: str, limit: int = 4) -> list[str]:
                               for r, h in (o["status"].get("hard") or {}).items())
         if state or conditions:
             lines.append(f"{kind} {n}: " + "; ".join(w for w in (state, conditions) if w))
-    said = [e for kind, n in mine + [("Node", name)] for e in s.events.get((kind, n), [])
+    said = [e for kind, n in mine for e in s.events.get((kind, n), [])
             if e["type"] in ("Warning", "Service", "Alert") and not (e["type"] == "Service" and ": active" in e["message"])]
     return lines[:limit] + [f"{e['type']} {e['reason']}: {e['message']}" for e in said[:limit]]
 
