@@ -240,8 +240,9 @@ def snapshot_page(con, q: Question, answer: dict | None) -> str:
         like = name + "%" if kind == "app" else name
         kinds = {"app": ("Deployment", "ReplicaSet", "Pod", "Service", "PersistentVolumeClaim"), "node": ("Node",),
                  "namespace": ("ResourceQuota",)}.get(kind, ())
-        objects = con.execute("""select kind, name, status from k8s_objects
-                                 where snapshot = ? and name like ? and list_contains(?, kind)
+        objects = con.execute("""select kind, name, status from k8s_objects  -- as the cluster shows them, not
+                                 where snapshot = ? and name like ? and list_contains(?, kind)  -- their manifests
+                                 and status->>'$.declared' is null
                                  order by kind, name""", [q.snapshot, like, list(kinds)]).fetchall()
         parts.append(f"<h2>The objects of {e(found[0].component)}</h2>" +
                      (_table(["kind", "name", "status", "conditions"],
