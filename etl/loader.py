@@ -194,7 +194,7 @@ def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -
             report.unchanged += 1
         if file.kind == "skip":
             if not (same and prev[2] == "skipped"):
-                _record(con, str(file.path), file.kind, _file_id(con, prev), 0, "skipped", file.reason)
+                _record(con, [(str(file.path), file.kind, _file_id(con, prev), 0, "skipped", file.reason)])
                 report.skipped += 1
             continue
         days.setdefault(f"{day_of(dump, file.path)}-{tag}", []).append((file, prev, same and prev[2] == "loaded"))
@@ -254,10 +254,9 @@ def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[st
     """In one transaction: the manifest rows of a day's files, its new shard in the catalog in place of the old,
     and the UTC days whose features read their rows marked; then the old shard's file goes."""
     con.execute("begin")
-    for f in result.files:
-        if f.status == "copied":
-            continue
-        _record(con, f.path, f.kind, f.file_id, f.rows, f.status, f.error)
+    read = [f for f in result.files if f.status != "copied"]
+    _record(con, [(f.path, f.kind, f.file_id, f.rows, f.status, f.error) for f in read])
+    for f in read:
         if f.status == "failed":
             report.failed.append((f.path, f.error))
             log.warning("%s: %s", f.path, f.error)
@@ -308,21 +307,22 @@ def mine_shards(con, db: Path) -> None:
 
 def load_day(day: Day) -> DayResult:
     """A day's task: its shard written under a temporary name and renamed into place. Its files load side by side,
-    as many at once as DuckDB has threads, each on a connection and in a transaction of its own: DuckDB reads a
-    file of one row group (a challenge dump's are) on one thread, so one file at a time leaves the other cores idle."""
+    as many at once as DuckDB has threads, each unit (a file, or the files one scan reads: `units`) on a connection
+    and in a transaction of its own: DuckDB reads a file of one row group (a challenge dump's are) on one thread, so
+    one file at a time leaves the other cores idle."""
     adapter = ADAPTERS[day.adapter]
     with store.write_shard(Path(day.out)) as con:
         if day.previous:
             store.attach(con, day.previous, "previous")
         cursors, stop = [], threading.Event()
 
-        def one(src: Source) -> Loaded | None:
+        def one(unit: tuple[Source, ...]) -> list[Loaded]:
             if stop.is_set():  # a file before it could not be written: the day is given up
-                return None
+                return []
             cur = con.cursor()
             cursors.append(cur)
             try:
-                return _copied(cur, src) if src.copy else _loaded(cur, adapter, src, day.previous)
+                return [_copied(cur, unit[0])] if unit[0].copy else _loaded(cur, adapter, unit, day.previous)
             except BaseException:
                 stop.set()
                 raise
@@ -331,7 +331,7 @@ def load_day(day: Day) -> DayResult:
 
         with ThreadPoolExecutor(store.threads(con)) as pool:
             try:
-                done = list(pool.map(one, day.sources))
+                done = [f for loaded in pool.map(one, units(adapter, day.sources)) for f in loaded]
             except BaseException:  # a refusal of the disk, or a Ctrl-C: no file begins, those loading stop
                 stop.set()
                 for cur in list(cursors):
@@ -346,6 +346,36 @@ def load_day(day: Day) -> DayResult:
     return DayResult(day.out, done, lo, hi)
 
 
+# A scan of many small files costs about what a scan of one file of their rows does, and a query a file costs
+# tens of milliseconds more: files one query reads alike are read together, up to these bounds (the memory a
+# scan's window functions hold grows with its files).
+BATCH_FILES = 256
+BATCH_BYTES = 256 * 2**20
+
+
+def units(adapter, sources) -> list[tuple[Source, ...]]:
+    """The day's work: each file to copy or read alone, and the files to read in one scan, those of one key of the
+    adapter's `batch` (a query of that key reads any list of its files as one, each row with its `filename`)."""
+    alone, batches = [], {}
+    for src in sources:
+        key = None if src.copy or src.kind == "unreadable" else getattr(adapter, "batch", _alone)(
+            InputFile(Path(src.path), src.kind, src.reason))
+        if key is None:
+            alone.append((src,))
+            continue
+        size = _stat(Path(src.path))[0].st_size
+        chunks = batches.setdefault(key, [[]])
+        if len(chunks[-1]) == BATCH_FILES or sum(b for _, b in chunks[-1]) + size > BATCH_BYTES and chunks[-1]:
+            chunks.append([])
+        chunks[-1].append((src, size))
+    return [tuple(src for src, _ in chunk) for chunks in batches.values() for chunk in chunks] + alone
+
+
+def _alone(file: InputFile) -> None:
+    """An adapter without `batch` reads each file with a query of its own."""
+    return None
+
+
 def _copied(con, src: Source) -> Loaded:
     """An unchanged file: its rows as the day's previous shard holds them."""
     return Loaded(src.file_id, src.path, src.kind, "copied", _copy(con, src.file_id))
@@ -356,11 +386,12 @@ def _copy(con, fid: int) -> int:
                            [fid]).fetchall()[0][0] for tables in TABLES.values() for table in tables)
 
 
-def _loaded(con, adapter, src: Source, previous: str | None) -> Loaded:
-    """A file read into the day's shard in one transaction; one that fails keeps its previous load's rows."""
+def _loaded(con, adapter, unit: tuple[Source, ...], previous: str | None) -> list[Loaded]:
+    """Files read into the day's shard in one transaction. Where files read together fail, each is read alone, so
+    that the one at fault is named; one that fails keeps its previous load's rows."""
     started = time.perf_counter()
     try:
-        rows, left_out, said = _load(con, adapter, src)
+        said = _load(con, adapter, unit)
     except duckdb.InterruptException:  # a Ctrl-C inside a query: the run ends
         _rollback(con)
         raise
@@ -368,12 +399,18 @@ def _loaded(con, adapter, src: Source, previous: str | None) -> Loaded:
         _rollback(con)
         if isinstance(e, duckdb.Error) and store.unwritable(e):
             raise
+        if len(unit) > 1:
+            return [f for src in unit for f in _loaded(con, adapter, (src,), previous)]
+        src, = unit
         reason = str(e).splitlines()[0]
         kept = _copy(con, src.file_id) if previous else 0  # under whatever kind it loaded as before
         if kept:  # a failed reload: the previous load's rows stay, and the manifest says so
             reason += f"; the {kept} rows of its previous load are kept"
-        return Loaded(src.file_id, src.path, src.kind, "failed", kept, reason)
-    return Loaded(src.file_id, src.path, src.kind, "loaded", rows, said, left_out, time.perf_counter() - started)
+        return [Loaded(src.file_id, src.path, src.kind, "failed", kept, reason)]
+    total = sum(rows for rows, _, _ in said) or 1
+    seconds = time.perf_counter() - started
+    return [Loaded(src.file_id, src.path, src.kind, "loaded", rows, note, left_out, seconds * rows / total)
+            for src, (rows, left_out, note) in zip(unit, said)]
 
 
 def last_day() -> dt.date:
@@ -404,62 +441,83 @@ def _stat(path: Path) -> tuple[os.stat_result, str]:
     return stat, ""
 
 
-def _record(con, path: str, kind: str, fid: int, rows: int, status: str, error: str) -> None:
-    stat, _ = _stat(Path(path))
-    con.execute("delete from manifest where file_id = ?", [fid])
-    con.execute("insert into manifest values (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp::timestamp)",
-                [fid, path, kind, rows, stat.st_size, stat.st_mtime, status, error or None])
+def _record(con, entries: list[tuple[str, str, int, int, str, str]]) -> None:
+    """The manifest rows of files (path, kind, file id, rows, status, error), in two statements however many."""
+    if not entries:
+        return
+    stats = [_stat(Path(path))[0] for path, *_ in entries]
+    paths, kinds, fids, rows, statuses, errors = map(list, zip(*entries))
+    con.execute("delete from manifest where list_contains(?, file_id)", [fids])
+    con.execute("""insert into manifest select unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?),
+                                             unnest(?), unnest(?), current_timestamp::timestamp""",
+                [fids, paths, kinds, rows, [s.st_size for s in stats], [s.st_mtime for s in stats], statuses,
+                 [e or None for e in errors]])
 
 
-def _load(con, adapter, src: Source) -> tuple[int, bool, str]:
-    """Load one file in one transaction; returns its row count, whether rows no system can produce were left
-    out, and what the manifest says of it."""
-    if src.kind == "unreadable":  # the adapter could not read it to tell what it holds
-        raise LoadError(src.reason)
-    table = TABLES[src.kind][0]
-    path = Path(src.path)
-    reader = kubernetes if src.kind == kubernetes.KIND else adapter
-    query = reader.query(con, InputFile(path, src.kind, src.reason))
-    select, params, fid = query.sql, query.params, src.file_id
-    left_out: list[str] = []
+def _load(con, adapter, unit: tuple[Source, ...]) -> list[tuple[int, bool, str]]:
+    """Load files in one transaction, in one scan where the adapter reads them together (`units`); returns each
+    file's row count, whether rows no system can produce were left out, and what the manifest says of it."""
+    first = unit[0]
+    if first.kind == "unreadable":  # the adapter could not read it to tell what it holds
+        raise LoadError(first.reason)
+    table = TABLES[first.kind][0]
+    reader = kubernetes if first.kind == kubernetes.KIND else adapter
+    file = InputFile(Path(first.path), first.kind, first.reason)
+    query = reader.query(con, file)
+    fids = [src.file_id for src in unit]
+    if getattr(reader, "batch", _alone)(file) is None:
+        params, ids = query.params | {"file_ids": fids}, "select *, $file_ids[1] as file_id from ({})"
+    else:  # the query reads the list of paths, each row with its `filename`
+        params = query.params | {"path": [src.path for src in unit], "file_ids": fids}
+        ids = ("select * exclude (filename) from ({}) join (select unnest($path) as filename, unnest($file_ids) "
+               "as file_id) using (filename)")
+    select = query.sql if isinstance(query.sql, dict) else {table: query.sql}
+    left_out: dict[int, list[str]] = {}
     for name, frame in query.frames.items():
         con.register(name, frame)
     con.execute("begin")
-    if src.kind == "log":  # lines repeat: each distinct text is masked once; templates are mined in the catalog
-        con.execute(f"create or replace temp table staged as {select}", params)
+    if first.kind == "log":  # lines repeat: each distinct text is masked once; templates are mined in the catalog
+        con.execute(f"create or replace temp table staged as {ids.format(select[table])}", params)
         con.execute(f"""create or replace temp table masks as
                         select text, {mask_sql('text')} as masked, {level_sql('text')} as level,
                                {event_sql('text')} as event
                         from (select distinct text from staged)""")
-        con.execute(f"""insert into log_lines by name
-                        select s.ts, s.component, s.service, s.node, k.masked, s.message, {fid} as file_id,
-                               k.level, s.trace_id, s.span_id, k.event
-                        from staged s join masks k using (text)""")
-    elif src.kind in IMPOSSIBLE:
-        reasons = IMPOSSIBLE[src.kind]
-        counts, = con.execute(f"select {', '.join(f'count(*) filter ({p})' for p in reasons.values())} "
-                              f"from ({select})", params).fetchall()
-        left_out = [f"{reason} ({n:,})" for reason, n in zip(reasons, counts) if n]
-        con.execute(f"insert into {table} by name select *, {fid} as file_id from ({select}) "
-                    f"where not coalesce({' or '.join(reasons.values())}, false)", params)
+        con.execute("""insert into log_lines by name
+                       select s.ts, s.component, s.service, s.node, k.masked, s.message, s.file_id,
+                              k.level, s.trace_id, s.span_id, k.event
+                       from staged s join masks k using (text)""")
+    elif first.kind in IMPOSSIBLE:  # staged once: the rows left out are counted, the rest inserted
+        reasons = IMPOSSIBLE[first.kind]
+        con.execute(f"create or replace temp table staged as {ids.format(select[table])}", params)
+        for fid, *counts in con.execute(f"select file_id, {', '.join(f'count(*) filter ({p})' for p in reasons.values())} "
+                                        "from staged group by file_id").fetchall():
+            left_out[fid] = [f"{reason} ({n:,})" for reason, n in zip(reasons, counts) if n]
+        con.execute(f"insert into {table} by name select * from staged "
+                    f"where not coalesce({' or '.join(reasons.values())}, false)")
+        con.execute("drop table staged")
     else:
-        for each, sql in (select if isinstance(select, dict) else {table: select}).items():
-            con.execute(f"insert into {each} by name select *, {fid} as file_id from ({sql})", params)
-    rows = sum(con.execute(f"select count(*) from {each} where file_id = ?", [fid]).fetchall()[0][0]
-               for each in TABLES[src.kind])
-    if src.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
-        (untimed, outside, example), = con.execute(
-            f"""select count(*) - count(ts), count(*) filter (where ts::date not between ? and ?),
-                       min(ts::text) filter (where ts::date not between ? and ?)
-                from {table} where file_id = ?""", [FIRST_DAY, last_day(), FIRST_DAY, last_day(), fid]).fetchall()
-        if untimed:
-            raise ValueError(f"{untimed} rows without a time")
-        if outside:
-            raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
-    said = [f"left out {', '.join(left_out)}; the rest loaded" if left_out else "",
-            _rejected(con, path) if query.rejects else "", *query.notes]
+        for each, sql in select.items():
+            con.execute(f"insert into {each} by name {ids.format(sql)}", params)
+    rows = dict.fromkeys(fids, 0)
+    for each in TABLES[first.kind]:
+        for fid, n in con.execute(f"select file_id, count(*) from {each} where list_contains(?, file_id) "
+                                  "group by file_id", [fids]).fetchall():
+            rows[fid] += n
+    if first.kind in PLACEMENT_SOURCES:  # telemetry, with times (declared calls have none)
+        for fid, untimed, outside, example in con.execute(
+                f"""select file_id, count(*) - count(ts), count(*) filter (where ts::date not between ? and ?),
+                           min(ts::text) filter (where ts::date not between ? and ?)
+                    from {table} where list_contains(?, file_id) group by file_id""",
+                [FIRST_DAY, last_day(), FIRST_DAY, last_day(), fids]).fetchall():
+            if untimed:
+                raise ValueError(f"{untimed} rows without a time")
+            if outside:
+                raise ValueError(f"{outside} rows with times outside {FIRST_DAY}..{last_day()} (e.g. {example})")
+    rejected = _rejected(con, file.path) if query.rejects else ""  # such a query reads its file alone
+    said = {fid: "; ".join(filter(None, [f"left out {', '.join(left_out[fid])}; the rest loaded" if left_out.get(fid)
+                                         else "", rejected, *query.notes])) for fid in fids}
     con.execute("commit")
-    return rows, bool(left_out), "; ".join(filter(None, said))
+    return [(rows[fid], bool(left_out.get(fid)), said[fid]) for fid in fids]
 
 
 def _rejected(con, path: Path) -> str:

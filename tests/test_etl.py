@@ -133,10 +133,10 @@ def test_interrupted_load_leaves_no_half_written_day(dump_copy, tmp_path, monkey
     db = tmp_path / "s.duckdb"
     real = loader._load
 
-    def crash(con, adapter, src):
-        if src.kind == "trace":
+    def crash(con, adapter, unit):
+        if unit[0].kind == "trace":
             raise KeyboardInterrupt
-        return real(con, adapter, src)
+        return real(con, adapter, unit)
 
     monkeypatch.setattr(loader, "_load", crash)
     with pytest.raises(KeyboardInterrupt):

@@ -6,6 +6,7 @@ quantile."""
 import datetime as dt
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,11 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (AGGREGATION_TEMPORALITY_
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from etl import store
+from etl import loader, store
 from etl.adapters import adapter_for
 from features.cases import load_questions
 from features.digest import build_digest
+from etl.loader import run_etl
 from features.refresh import nightly
 from testbed.otlp import write_otlp
 from testbed.schedule import load_schedule
@@ -122,3 +124,46 @@ def test_requests_in_the_protobuf_messages_json_form_load(tmp_path):
         ("latency_p95", 0.5), ("latency_p95", 0.5), ("requests", 100.0), ("requests", 300.0)]
     assert con.execute("select distinct component, component_kind, source from metric_points").fetchall() == [
         ("cart-0", "pod", "otlp")]
+
+
+def _rows_by_file(db: Path) -> dict[str, list]:
+    """Every loaded row of every table that holds telemetry, with its file's path in place of its id."""
+    con = store.connect(db, read_only=True)
+    try:
+        return {table: sorted(map(str, con.execute(f"select m.path, t.* exclude (file_id) from {table} t "
+                                                   "join manifest m using (file_id)").fetchall()))
+                for table in ("metric_points", "spans", "log_lines")}
+    finally:
+        con.close()
+
+
+def test_many_small_files_load_in_one_scan_into_the_rows_each_gives_alone(twins, tmp_path, monkeypatch):
+    """A dump of many small files is read a few scans at a time (issue 73): the rows are those each file gives read
+    alone, a file broken after its first line is named and its neighbours in the scan still load, and the rows of
+    many files are those of one file that holds them all."""
+    dump = tmp_path / "otlp"
+    shutil.copytree(twins / "otlp", dump)
+    pods = sorted((dump).rglob("metric/apm/pod/*.json.gz"))
+    assert len(pods) > 20
+    broken = pods[len(pods) // 2]
+    broken.write_bytes(gzip.compress(gzip.decompress(broken.read_bytes()) + b'{"resourceMetrics": [{"resource": \n'))
+    many = run_etl(dump, tmp_path / "many.duckdb")
+    assert [path for path, _ in many.failed] == [str(broken)] and "JSON" in many.failed[0][1]
+    assert len(many.loaded) == len(pods) - 1 + sum(1 for f in dump.rglob("*.json.gz") if "/apm/pod/" not in str(f))
+    monkeypatch.setattr(loader, "BATCH_FILES", 1)
+    alone = run_etl(dump, tmp_path / "alone.duckdb")
+    assert alone.failed == many.failed and alone.rows == many.rows
+    assert _rows_by_file(tmp_path / "many.duckdb") == _rows_by_file(tmp_path / "alone.duckdb")
+
+    one = tmp_path / "one" / pods[0].relative_to(dump).parent
+    one.mkdir(parents=True)
+    (one / "all.json").write_bytes(b"".join(gzip.decompress(p.read_bytes()) for p in pods if p != broken))
+    run_etl(tmp_path / "one", tmp_path / "one.duckdb")
+    con = store.connect(tmp_path / "one.duckdb", read_only=True)
+    together = sorted(map(str, con.execute("select * exclude (file_id) from metric_points").fetchall()))
+    con.close()
+    con = store.connect(tmp_path / "many.duckdb", read_only=True)
+    apart = sorted(map(str, con.execute("select t.* exclude (file_id) from metric_points t join manifest m using (file_id) "
+                                        "where m.path like '%/apm/pod/%'").fetchall()))
+    con.close()
+    assert together == apart

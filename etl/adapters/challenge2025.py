@@ -55,10 +55,18 @@ def discover(root: Path):
     return files
 
 
+def batch(file) -> str | None:
+    """A day's spans and its many APM files (one a pod or service) are each read in one scan (the loader binds
+    `$path` to a list of them); a log or infra file's query depends on its own columns."""
+    return "apm" if file.kind == "metric" and "/apm/" in file.path.as_posix() else (
+        "trace" if file.kind == "trace" else None)
+
+
 def query(con: duckdb.DuckDBPyConnection, file) -> Query:
     """The file's rows in canonical columns; its path and names are bound, never pasted."""
     params = {"path": str(file.path)}
     src = "read_parquet($path)"
+    files = "read_parquet($path, filename = true)"  # where `batch` reads many
     if file.kind == "log":  # the testbed's logs of other systems carry the trace and span of each line
         columns = {r[0] for r in con.execute(f"describe select * from {src}", params).fetchall()}
         ids = "nullif(trace_id, '') as trace_id, nullif(span_id, '') as span_id" if {"trace_id", "span_id"} <= columns else \
@@ -79,8 +87,8 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
                try_cast({tag('tags', 'status.code')} as integer) as status_code,
                case when {tag('tags', 'span.kind')} in ('client', 'producer', 'consumer') then coalesce(
                    {tag('tags', 'peer.service')}, nullif(regexp_extract({tag('tags', 'net.peer.ip')}, '^[a-z][a-z0-9-]*$'), ''))
-               end as peer
-        from {src}""", params)
+               end as peer, filename
+        from {files}""", params)
     rel = file.path.as_posix()
     if "/apm/" in rel:
         metrics = ", ".join(APM_METRICS)
@@ -88,8 +96,8 @@ def query(con: duckdb.DuckDBPyConnection, file) -> Query:
         return Query(f"""
         select {UTC_TS.format('time')} as ts, 'apm' as source, object_id as component, object_type as component_kind,
                case when object_type = 'pod' then {SERVICE_OF_POD.format('object_id')} else object_id end as service,
-               cast(null as text) as node, metric, value
-        from (unpivot (select time, object_id, object_type, {doubles} from {src})
+               cast(null as text) as node, metric, value, filename
+        from (unpivot (select time, object_id, object_type, filename, {doubles} from {files})
               on {metrics} into name metric value value)""", params)
     family = FAMILY.search(file.path.name)
     if family is None:

@@ -58,10 +58,11 @@ QUANTILE = 0.95
 def signal(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     """The kind of telemetry a file's first export request holds (the Collector's records of a cluster's objects:
     `kubernetes.KIND`), or None where it is no OTLP JSON. DuckDB reads it as the load will (plain, gzip or zstd, by
-    the file's suffix)."""
+    the file's suffix); a line it cannot read is passed over here, for the load to name."""
     try:
         first = con.execute("""select json_keys(json), regexp_matches(json::varchar, ?)
-                               from read_json_objects(?, format = 'newline_delimited') limit 1""",
+                               from read_json_objects(?, format = 'newline_delimited', ignore_errors = true)
+                               where json is not null limit 1""",
                             [kubernetes.COLLECTOR.pattern, str(path)]).fetchone()
     except duckdb.InvalidInputException:  # not JSON lines
         return None
@@ -127,12 +128,13 @@ def _time(nanos: str) -> str:
 
 
 def _rows(kind: str) -> str:
-    """The file's items (spans, log records or metrics), each with its resource's attributes as `res`."""
+    """The files' items (spans, log records or metrics), each with its resource's attributes as `res` and its
+    file's `filename`."""
     key, typ, scopes, items = COLUMNS[kind]
-    return f"""(select res, sc.scope.name as scope, unnest(sc.{items}) as it from (
-                   select r.resource.attributes as res, unnest(r.{scopes}) as sc from (
-                       select unnest({key}) as r from read_json($path, format = 'newline_delimited',
-                                                                 columns = {{'{key}': '{typ}'}}))))"""
+    return f"""(select res, sc.scope.name as scope, unnest(sc.{items}) as it, filename from (
+                   select r.resource.attributes as res, unnest(r.{scopes}) as sc, filename from (
+                       select unnest({key}) as r, filename from read_json($path, format = 'newline_delimited',
+                                                                 columns = {{'{key}': '{typ}'}}, filename = true))))"""
 
 
 def _series(points: str) -> str:
@@ -144,6 +146,11 @@ def _series(points: str) -> str:
 
 WHO = f"""{_attr('res', 'k8s.pod.name')} as pod, {_attr('res', 'service.name')} as svc,
           {_attr('res', 'k8s.node.name')} as node"""
+
+
+def batch(file: InputFile) -> str:
+    """Files of one kind are read in one scan (the loader binds `$path` to a list of them)."""
+    return file.kind
 
 
 def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
@@ -162,7 +169,7 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                case when it.status.code in ('2', 'STATUS_CODE_ERROR') then 2 else 0 end as status_code,
                case when it.kind in ('3', '4', '5', 'SPAN_KIND_CLIENT', 'SPAN_KIND_PRODUCER', 'SPAN_KIND_CONSUMER')
                     then coalesce({_attr('it.attributes', 'peer.service')}, {_attr('it.attributes', 'server.address')},
-                                  {_attr('it.attributes', 'net.peer.name')}) end as peer
+                                  {_attr('it.attributes', 'net.peer.name')}) end as peer, filename
         from (select *, {WHO} from {_rows('trace')})""", params)
     if file.kind == "log":
         body = f"coalesce({_text('it.body')}, '')"
@@ -170,7 +177,7 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
         select {_time("coalesce(nullif(it.timeUnixNano, '0'), it.observedTimeUnixNano)")} as ts,
                coalesce(pod, svc) as component, coalesce(svc, pod) as service, node, {body} as message,
                trim(concat_ws(' ', it.severityText, {record_text(body)})) as text,
-               {_id('it.traceId')} as trace_id, {_id('it.spanId')} as span_id
+               {_id('it.traceId')} as trace_id, {_id('it.spanId')} as span_id, filename
         from (select *, {WHO} from {_rows('log')})""", params)
     if file.kind != "metric":
         raise LoadError(f"not a kind of OTLP telemetry: {file.kind}")
@@ -183,14 +190,14 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
     return Query(f"""
     with m as (select *, {who} from (select *, {WHO} from {_rows('metric')})),
          numbers as (
-             select source, component, component_kind, service, node, {_series('p')} as metric,
+             select filename, source, component, component_kind, service, node, {_series('p')} as metric,
                     {_time('p.timeUnixNano')} as ts, coalesce(p.asDouble, try_cast(p.asInt as double)) as value,
                     it.sum is not null and {CUMULATIVE.format('it.sum.aggregationTemporality')} as cumulative
              from (select *, unnest(coalesce(it.gauge.dataPoints, it.sum.dataPoints)) as p from m)),
          increases as (
-             select *, value - lag(value) over (partition by component, metric order by ts) as rise from numbers),
+             select *, value - lag(value) over (partition by filename, component, metric order by ts) as rise from numbers),
          buckets as (
-             select source, component, component_kind, service, node, {_series('p')} as metric,
+             select filename, source, component, component_kind, service, node, {_series('p')} as metric,
                     {_time('p.timeUnixNano')} as ts, coalesce(try_cast(p.count as double), 0) as n,
                     coalesce(p.sum, 0) as total, p.explicitBounds as bounds,
                     coalesce(list_transform(p.bucketCounts, lambda c: try_cast(c as double)),
@@ -202,22 +209,22 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                            list_zip(counts, lag(counts) over w), lambda x: x[1] - x[2]) end as b,
                     case when not cumulative then n else n - lag(n) over w end as dn,
                     case when not cumulative then total else total - lag(total) over w end as dsum
-             from buckets window w as (partition by component, metric order by ts)),
+             from buckets window w as (partition by filename, component, metric order by ts)),
          ranked as (
              select *, list_transform(range(1, len(b) + 1), lambda i: list_sum(b[1:i])) as cum from intervals
              where dn > 0 and len(b) > 0),
          quantiles as (
              select *, list_position(list_transform(cum, lambda c: c >= {QUANTILE} * dn), true) as k from ranked)
-    select ts, source, component, component_kind, service, node, metric,
+    select filename, ts, source, component, component_kind, service, node, metric,
            case when cumulative and rise < 0 then value when cumulative then rise else value end as value
     from increases where not cumulative or rise is not null
     union all
-    select ts, source, component, component_kind, service, node, metric || '_count', dn from intervals
+    select filename, ts, source, component, component_kind, service, node, metric || '_count', dn from intervals
     where dn is not null and dn >= 0
     union all
-    select ts, source, component, component_kind, service, node, metric || '_mean', dsum / dn from intervals where dn > 0
+    select filename, ts, source, component, component_kind, service, node, metric || '_mean', dsum / dn from intervals where dn > 0
     union all
-    select ts, source, component, component_kind, service, node, metric || '_p95',
+    select filename, ts, source, component, component_kind, service, node, metric || '_p95',
            case when k > len(bounds) then bounds[len(bounds)]
                 else coalesce(bounds[k - 1], 0) + (bounds[k] - coalesce(bounds[k - 1], 0))
                      * ({QUANTILE} * dn - coalesce(cum[k - 1], 0)) / nullif(b[k], 0) end
