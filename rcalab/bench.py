@@ -188,7 +188,19 @@ def _wide(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from testbed.bench import wide_run
 
     result = wide_run(scale=settings.scale or 0.01, progress=progress)
-    return result, [measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods", result)]
+    return result, [wide_table(result), measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods, "
+                                                      "ranked and scanned", {k: v for k, v in result.items() if k != "sizes"})]
+
+
+def wide_table(result: dict) -> Table:
+    """Each width's simulate and load beside the floor: seconds and peak memory of each, in processes of their own."""
+    table = Table(title=f"rcalab bench wide: the load as the cluster widens (scale {result['scale']})")
+    columns = list(result["sizes"][0])
+    for col in columns:
+        table.add_column(col, justify="right")
+    for size in result["sizes"]:
+        table.add_row(*(f"{size[c]:,}" if isinstance(size[c], int) else f"{size[c]:g}" for c in columns))
+    return table
 
 
 def _load(settings: Settings, progress) -> tuple[dict, list[Table]]:

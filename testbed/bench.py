@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -149,29 +149,58 @@ def wide_system(path: Path, services: int = 2000, replicas: int = 5, per_node: i
     return Path(path)
 
 
-def wide_run(services: int = 2000, replicas: int = 5, scale: float = 0.01, cases: int = 3, seed: int = 5,
-             progress=lambda what: None) -> dict:
-    """A system of `services` services of `replicas` pods: `cases` random faults simulated (their hours and the one
-    before each, OTLP), loaded, each ranked, and detect over the store: is each fault's window an incident, named
-    right? Seconds and peak memory of each step (simulate and etl in processes of their own)."""
+WIDE_PODS = (1000, 5000, 10000)
+
+
+def _measured(args: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak memory (MB) of a command in a process of its own."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        if status:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(args[2:4])} failed: {err.read().decode(errors='replace').strip()[-500:]}")
+    return round(time.perf_counter() - started, 1), round(usage.ru_maxrss / 1024)
+
+
+def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float = 0.01, cases: int = 3,
+             seed: int = 5, progress=lambda what: None) -> dict:
+    """Systems of `sizes` pods (services of `replicas` pods): for each, `cases` random faults simulated (their hours
+    and the one before each, OTLP) and loaded, each step in a process of its own (seconds, peak memory), beside the
+    floor (DuckDB reading the same files into a store). On the widest, each fault ranked, and detect over the store:
+    is each fault's window an incident, named right?"""
     from features import detect
-    from features.bench import hit, names
+    from features.bench import floor, hit, names
     from features.cases import load_questions
     from features.digest import build_digest
     from etl import store
 
-    out: dict = {"services": services, "pods": services * replicas, "scale": scale}
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        system = wide_system(tmp / "wide.yaml", services, replicas)
-        for step, args in (("simulate", ["simulate", str(tmp / "dump"), "--system", str(system), "--cases", str(cases),
-                                         "--scale", str(scale), "--seed", str(seed), "--hours", str(cases + 1)]),
-                           ("etl", ["etl", str(tmp / "dump"), "--db", str(tmp / "store.duckdb")])):
-            progress(f"wide: {step}")
-            started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "rcalab", *args], check=True, stdout=subprocess.DEVNULL)
-            out[f"{step} s"] = round(time.perf_counter() - started, 1)
-        out["peak memory MB"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    out: dict = {"scale": scale, "sizes": []}
+    with tempfile.TemporaryDirectory() as root:
+        for pods in sizes:
+            tmp = Path(root) / f"pods-{pods}"
+            tmp.mkdir()
+            size: dict = {"pods": pods, "services": pods // replicas}
+            system = wide_system(tmp / "wide.yaml", pods // replicas, replicas)
+            progress(f"wide, {pods:,} pods: simulate")
+            size["simulate s"], size["simulate MB"] = _measured(
+                [sys.executable, "-m", "rcalab", "simulate", str(tmp / "dump"), "--system", str(system), "--cases",
+                 str(cases), "--scale", str(scale), "--seed", str(seed), "--hours", str(cases + 1)])
+            progress(f"wide, {pods:,} pods: etl")
+            size["etl s"], size["etl MB"] = _measured(
+                [sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / "store.duckdb")])
+            progress(f"wide, {pods:,} pods: floor")
+            least = floor(tmp / "dump", tmp / "floor.duckdb")
+            size["floor s"], size["floor MB"] = round(least["wall_seconds"], 1), round(least["peak_mb"])
+            con = store.connect(tmp / "store.duckdb", read_only=True)
+            (rows, files), = con.execute("select sum(rows), count(*) from manifest where status = 'loaded'").fetchall()
+            size |= {"files": files, "rows": rows, "etl / floor": round(size["etl s"] / size["floor s"], 2),
+                     "etl us a row": round(size["etl s"] / rows * 1e6, 2)}
+            out["sizes"].append(size)
+            con.close()
+        widest = out["sizes"][-1]
+        out |= {"services": widest["services"], "pods": widest["pods"]}
         truth = [json.loads(line) for line in (tmp / "dump" / "groundtruth.jsonl").read_text().splitlines()]
         questions = load_questions(tmp / "dump" / "input.json")
         con = store.connect(tmp / "store.duckdb", read_only=True)
