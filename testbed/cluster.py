@@ -20,13 +20,15 @@ PULL = 10  # minutes between the receiver's pulls
 
 @dataclass(frozen=True)
 class Change:
-    """Pods' status for the minutes [start, stop) (Kubernetes' JSON: phase, conditions, containerStatuses), and the
-    events (type, reason, message) it begins with."""
+    """Pods' status for the minutes [start, stop) (Kubernetes' JSON: phase, conditions, containerStatuses), what
+    their service's spec says then in place of its own (`service`: a changed manifest), and the events (type, reason,
+    message) it begins with."""
     start: int
     stop: int
     pods: tuple[str, ...]
     status: dict
     events: tuple[tuple[str, str, str], ...] = ()
+    service: dict | None = None
 
 
 RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
@@ -41,10 +43,12 @@ def _set(service: str) -> str:
 def objects_at(day: Day, minute: int) -> list[dict]:
     """The system's objects as the cluster shows them at `minute` of the day."""
     topo, system = day.topo, day.topo.system
-    status = {pod: RUNNING for pod in topo.pods}
+    status, specs = {pod: RUNNING for pod in topo.pods}, {}
     for change in day.cluster:
         if change.start <= minute < change.stop:
             status.update({pod: change.status for pod in change.pods})
+            if change.service:
+                specs[topo.service_of[change.pods[0]]] = change.service
     objects = [{"kind": "Node", "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
                 "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
                for node in system.workers]
@@ -58,7 +62,7 @@ def objects_at(day: Day, minute: int) -> list[dict]:
                         "status": {"replicas": comp.replicas}})
         objects.append({"kind": "Service", "metadata": {"name": name, "namespace": comp.namespace, "labels": labels},
                         "spec": {"selector": labels, "ports": [{"port": comp.port, "targetPort": comp.port}]
-                                 if comp.port else []}})
+                                 if comp.port else []} | specs.get(name, {})})
         for pod in topo.pods_of(name):
             objects.append({"kind": "Pod", "metadata": {"name": pod, "namespace": comp.namespace, "labels": labels,
                                                         "ownerReferences": [{"kind": "ReplicaSet",

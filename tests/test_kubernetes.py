@@ -436,14 +436,19 @@ def test_a_live_cluster_s_state_is_its_last_export_before_the_window_s_end(tmp_p
     assert ("app/old", "oom_killed") in causes(8)
 
 
-def test_a_testbed_kubernetes_fault_is_named_by_the_ranking_from_the_cluster_s_state(tmp_path):
-    """HipsterShop with the cluster's state written, a rollout whose image the registry does not have: the pods'
-    silence alone says pod failure; the cluster says why, and its words name the fault."""
+@pytest.mark.parametrize("fault, label, words", [
+    ("incorrect image reference", "incorrect_image_reference", "Failed to pull image"),
+    ("service selector mismatch", "service_selector_mismatch", "no pod has these labels")])
+def test_a_testbed_kubernetes_fault_is_named_by_the_ranking_from_the_cluster_s_state(tmp_path, fault, label, words):
+    """HipsterShop with the cluster's state written, and a fault of the cluster's own making: a rollout whose image
+    the registry does not have (the pods' silence alone says pod failure), a service's selector that no pod meets
+    (its callers' refused connections alone say its pods failed). The cluster says why, and its words name the
+    fault."""
     from testbed.system import SHIPPED
 
     text = (SHIPPED / "hipstershop.yaml").read_text()  # its faults are its last block
     description = tmp_path / "shop.yaml"
-    description.write_text(text[:text.index("\nfaults:\n")] + "\nfaults:\n  incorrect image reference: [service]\n")
+    description.write_text(text[:text.index("\nfaults:\n")] + f"\nfaults:\n  {fault}: [service]\n")
     out, db = tmp_path / "dump", tmp_path / "store.duckdb"
     runner = CliRunner()
     result = runner.invoke(cli, ["simulate", str(out), "--system", str(description), "--cases", "1", "--scale", "0.003",
@@ -459,8 +464,8 @@ def test_a_testbed_kubernetes_fault_is_named_by_the_ranking_from_the_cluster_s_s
     digest = build_digest(con, load_questions(out / "input.json")[0])
     top = digest.candidates[0]
     assert top.component in (truth["instance"] if isinstance(truth["instance"], list) else [truth["instance"]])
-    assert digest.options[top.component][0].fault_type == "incorrect_image_reference", digest.options[top.component]
-    assert any("Failed to pull image" in i.text for i in top.evidence + top.found)
+    assert digest.options[top.component][0].fault_type == label, digest.options[top.component]
+    assert any(words in i.text for i in top.evidence + top.found)
 
 
 def test_a_quota_on_a_resource_the_taxonomy_has_no_fault_of_names_none_and_stops_nothing(tmp_path):

@@ -3,7 +3,7 @@ the pod states and events it writes (`testbed.cluster`)."""
 
 from __future__ import annotations
 
-from ..cluster import Change
+from ..cluster import RUNNING, Change
 from .base import NET_KPIS, SERVICE, cold_start, cut_off, fault, indices
 
 
@@ -29,3 +29,22 @@ def incorrect_image_reference(day, target, sl, rng):
         (("Warning", "Failed", f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and '
                                f'unpack image "{image}": not found'),
          ("Warning", "Failed", "Error: ErrImagePull"))))
+
+
+@fault("service selector mismatch", "kubernetes", SERVICE,
+       [{"type": "log", "keyword": ["Connection", "refused"]},
+        {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]},
+        {"type": "metric", "keyword": ["pod_network_receive_bytes"]}],
+       ["client_error", "client_error_ratio", "error", "error_ratio", "request", "response",
+        "pod_network_receive_bytes", "pod_cpu_usage"],
+       ["service selector mismatch", "no endpoints", "selector matches no pod"])
+def service_selector_mismatch(day, target, sl, rng):
+    """A change to the service's manifest selects a label its pods do not have: the service has no endpoints, so its
+    callers' connections are refused while its pods run on idle (their processes and memory as they were, no
+    request, the CPU at rest). Kubernetes writes no event of it: the Service's spec says it. Then the manifest is put
+    back."""
+    service = day.topo.service_of[target.pods[0]]
+    cut_off(day, target.pods, sl, "refused", NET_KPIS, 0.02)
+    day.pod_kpi["pod_cpu_usage"][sl, indices(day, target.pods)] *= 0.15  # no request to serve
+    selector = {"app": service, "version": "v2"}  # a label the rollout of the pods was to add, and did not
+    day.cluster.append(Change(sl.start, sl.stop, tuple(target.pods), RUNNING, service={"selector": selector}))
