@@ -21,14 +21,15 @@ PULL = 10  # minutes between the receiver's pulls
 @dataclass(frozen=True)
 class Change:
     """Pods' status for the minutes [start, stop) (Kubernetes' JSON: phase, conditions, containerStatuses), what
-    their service's spec says then in place of its own (`service`: a changed manifest), and the events (type, reason,
-    message) it begins with."""
+    their service's spec and their containers' specs say then beside their own (`service`, `container`: a changed
+    manifest, the pods' workload's too), and the events (type, reason, message) it begins with."""
     start: int
     stop: int
     pods: tuple[str, ...]
     status: dict
     events: tuple[tuple[str, str, str], ...] = ()
     service: dict | None = None
+    container: dict | None = None
 
 
 RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
@@ -43,19 +44,21 @@ def _set(service: str) -> str:
 def objects_at(day: Day, minute: int) -> list[dict]:
     """The system's objects as the cluster shows them at `minute` of the day."""
     topo, system = day.topo, day.topo.system
-    status, specs = {pod: RUNNING for pod in topo.pods}, {}
+    status, specs, containers = {pod: RUNNING for pod in topo.pods}, {}, {}
     for change in day.cluster:
         if change.start <= minute < change.stop:
             status.update({pod: change.status for pod in change.pods})
             if change.service:
                 specs[topo.service_of[change.pods[0]]] = change.service
+            if change.container:
+                containers[topo.service_of[change.pods[0]]] = change.container
     objects = [{"kind": "Node", "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
                 "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
                for node in system.workers]
     for name, comp in system.components.items():
         labels = {"app": name}
         container = {"name": "server", "image": f"{name}:1",
-                     "ports": [{"containerPort": comp.port}] if comp.port else []}
+                     "ports": [{"containerPort": comp.port}] if comp.port else []} | containers.get(name, {})
         objects.append({"kind": "Deployment", "metadata": {"name": name, "namespace": comp.namespace, "labels": labels},
                         "spec": {"replicas": comp.replicas, "selector": labels,
                                  "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}},

@@ -438,12 +438,13 @@ def test_a_live_cluster_s_state_is_its_last_export_before_the_window_s_end(tmp_p
 
 @pytest.mark.parametrize("fault, label, words", [
     ("incorrect image reference", "incorrect_image_reference", "Failed to pull image"),
-    ("service selector mismatch", "service_selector_mismatch", "no pod has these labels")])
+    ("service selector mismatch", "service_selector_mismatch", "no pod has these labels"),
+    ("liveness probe incorrect port", "liveness_probe_incorrect_port", "Liveness probe failed")])
 def test_a_testbed_kubernetes_fault_is_named_by_the_ranking_from_the_cluster_s_state(tmp_path, fault, label, words):
     """HipsterShop with the cluster's state written, and a fault of the cluster's own making: a rollout whose image
     the registry does not have (the pods' silence alone says pod failure), a service's selector that no pod meets
-    (its callers' refused connections alone say its pods failed). The cluster says why, and its words name the
-    fault."""
+    (its callers' refused connections alone say its pods failed), a liveness probe on a port the container does not
+    listen on (its pods flap). The cluster says why, and its words name the fault."""
     from testbed.system import SHIPPED
 
     text = (SHIPPED / "hipstershop.yaml").read_text()  # its faults are its last block

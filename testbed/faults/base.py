@@ -322,14 +322,14 @@ def cold_start(day: Day, pods, minute: int) -> None:
     day.own_factor[after, idx] *= 1 + 1.5 * (1 - warm)
 
 
-def crash_loop(minutes: int, rng: np.random.Generator) -> np.ndarray:
-    """Second by second, a server that crashes soon after each start: up a few seconds (start-up, then the first
-    request that hits the defect), then down for kubelet's restart back-off (10 s, doubling, at most 300 s).
-    Whether it is down, for each second of `minutes`."""
+def crash_loop(minutes: int, rng: np.random.Generator, up: tuple[float, float] = (3, 15)) -> np.ndarray:
+    """Second by second, a server that crashes soon after each start: up `up` seconds (by default a few: start-up,
+    then the first request that hits the defect), then down for kubelet's restart back-off (10 s, doubling, at most
+    300 s). Whether it is down, for each second of `minutes`."""
     down = np.zeros(minutes * 60, bool)
     t, backoff = 0.0, 10.0
     while t < down.size:
-        t += rng.uniform(3, 15)
+        t += rng.uniform(*up)
         down[int(t):int(t + backoff)] = True
         t += backoff
         backoff = min(2 * backoff, 300.0)

@@ -4,7 +4,7 @@ the pod states and events it writes (`testbed.cluster`)."""
 from __future__ import annotations
 
 from ..cluster import RUNNING, Change
-from .base import NET_KPIS, SERVICE, cold_start, cut_off, fault, indices
+from .base import NET_KPIS, SERVICE, cold_start, crash_loop, cut_off, fault, indices
 
 
 @fault("incorrect image reference", "kubernetes", SERVICE,
@@ -48,3 +48,32 @@ def service_selector_mismatch(day, target, sl, rng):
     day.pod_kpi["pod_cpu_usage"][sl, indices(day, target.pods)] *= 0.15  # no request to serve
     selector = {"app": service, "version": "v2"}  # a label the rollout of the pods was to add, and did not
     day.cluster.append(Change(sl.start, sl.stop, tuple(target.pods), RUNNING, service={"selector": selector}))
+
+
+@fault("liveness probe incorrect port", "kubernetes", SERVICE,
+       [{"type": "log", "keyword": ["Connection", "refused"]},
+        {"type": "metric", "keyword": ["client_error", "client_error_ratio", "error", "error_ratio"]},
+        {"type": "metric", "keyword": ["pod_processes"]}],
+       ["client_error", "client_error_ratio", "error", "error_ratio", "pod_processes", "pod_cpu_usage", "request",
+        "response"],
+       ["liveness probe incorrect port", "Liveness probe failed", "CrashLoopBackOff"])
+def liveness_probe_incorrect_port(day, target, sl, rng):
+    """A rollout probes the container's liveness on a port it does not listen on: each container starts, serves for
+    the probe's grace, and is killed by the kubelet, then waits longer each time (CrashLoopBackOff), so its pods are
+    down more and more of the window; the kubelet says the probe was refused and that it killed the container. Then
+    the rollout is undone and the pods start cold."""
+    port = day.topo.component(target.pods[0]).port
+    wrong = port + 1 if port else 8081
+    down = crash_loop(sl.stop - sl.start, rng, up=(35, 45))  # the probe's delay and three failed periods
+    day.pod_kpi["pod_processes"][sl, indices(day, target.pods)] *= ~down[:, 30:31]  # sampled mid-minute
+    cut_off(day, target.pods, sl, "refused", ("pod_cpu_usage", *NET_KPIS), 0.1, down=(down.mean(1) >= 0.5)[:, None])
+    cold_start(day, target.pods, sl.stop)
+    day.cluster.append(Change(sl.start, sl.stop, tuple(target.pods), {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{"name": "server", "ready": False, "restartCount": 4,
+                               "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                               "lastState": {"terminated": {"reason": "Error", "exitCode": 137}}}]},
+        (("Warning", "Unhealthy", f"Liveness probe failed: dial tcp 10.0.0.1:{wrong}: connect: connection refused"),
+         ("Normal", "Killing", "Container server failed liveness probe, will be restarted"),
+         ("Warning", "BackOff", "Back-off restarting failed container server")),
+        container={"livenessProbe": {"tcpSocket": {"port": wrong}, "initialDelaySeconds": 10, "periodSeconds": 10}}))
