@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import duckdb
-import numpy as np
 import polars as pl
 
 from . import frame
@@ -11,7 +12,6 @@ from . import frame
 WINDOW = 60  # minutes of trailing baseline
 MIN_HISTORY = 30
 Z_CAP = 100.0
-CHUNK = 2_000_000  # points a robust z is computed over at once
 
 
 def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.DataFrame:
@@ -39,26 +39,26 @@ def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.Da
     return df.with_columns(z=((v - pl.col("baseline")) / scale).clip(-Z_CAP, Z_CAP).fill_null(0.0))
 
 
-def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, series: tuple[pl.DataFrame, pl.DataFrame]) -> int:
-    """Recompute `metric_anomaly` for [lo, hi) from `series` (`metric_series` over [lo - WINDOW, hi): the hour before
-    lo is the baseline)."""
-    names, points = series
+def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, batches: Iterable[tuple[pl.DataFrame, pl.DataFrame]]
+                           ) -> int:
+    """Recompute `metric_anomaly` for [lo, hi) from `batches` of whole series (`metric_series` over [lo - WINDOW, hi):
+    the hour before lo is the baseline). Each batch's z-scores are staged in DuckDB as they are computed (a day of
+    many components computed at once held each intermediate column over all of them), then written in time order:
+    a window's query then reads only the row groups of its hours (their zone maps)."""
     con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
-    if points.is_empty():
-        return 0
-    # Series by series (a few million points at once): the windows of each are its own, and a day of many
-    # components computed at once holds each intermediate column over all of them.
-    sids = points["sid"].to_numpy()
-    per_chunk = max(1, CHUNK * len(names) // len(points))
-    bounds = np.searchsorted(sids, np.arange(1, len(names) + 1, per_chunk))
-    parts = [robust_z(points[a:b], ["sid"], "value", "ts").filter(pl.col("ts") >= lo)
-             for a, b in zip(bounds, [*bounds[1:], len(sids)])]
-    out = pl.concat(parts)
-    # In time order: a window's query then reads only the row groups of its hours (their zone maps).
-    con.execute("""insert into metric_anomaly
-                   select o.ts, n.source, n.component, n.service, n.metric, o.value, o.baseline, o.z
-                   from out o join names n using (sid) order by o.ts, o.sid""")
-    return out.height
+    con.execute("""create or replace temp table anomaly_staged (ts timestamp, sid bigint, source text, component text,
+                   service text, metric text, value double, baseline double, z double)""")
+    try:
+        for names, points in batches:
+            out = robust_z(points, ["sid"], "value", "ts").filter(pl.col("ts") >= lo)
+            con.execute("""insert into anomaly_staged
+                           select o.ts, o.sid, n.source, n.component, n.service, n.metric, o.value, o.baseline, o.z
+                           from out o join names n using (sid)""")
+        (rows,), = con.execute("""insert into metric_anomaly select * exclude (sid) from anomaly_staged
+                                  order by ts, sid""").fetchall()
+    finally:
+        con.execute("drop table if exists anomaly_staged")
+    return rows
 
 
 def refresh_edge_anomaly(con: duckdb.DuckDBPyConnection, lo, hi) -> int:

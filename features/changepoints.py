@@ -37,10 +37,17 @@ def changepoints(values: np.ndarray) -> list[int]:
     return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(n))[:-1]]
 
 
+# The columns' types, not guessed from the first rows: a node's series has no service, and a batch whose first hundred
+# change points were a node's failed at the first pod's.
+SCHEMA = {"ts": pl.Datetime("us"), "day": pl.Date, "source": pl.String, "component": pl.String, "service": pl.String,
+          "metric": pl.String, "before": pl.Float64, "after": pl.Float64, "score": pl.Float64}
+
+
 def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -> pl.DataFrame:
     """The `changepoints` rows of a UTC day, from `metric_series` over the day (points before it are left out: the
     read may hold the hour before, for the anomaly table's baseline); numpy and ruptures alone, no store."""
     names, points = series
+    first = names["sid"][0] if len(names) else 1  # a batch's series, numbered on from the batches before it
     sids, values, ts = points["sid"].to_numpy(), points["value"].to_numpy(), points["ts"]
     when, start = ts.to_numpy(), np.datetime64(dt.datetime.combine(day, dt.time()))
     starts = [0, *(np.flatnonzero(np.diff(sids)) + 1), len(sids)] if len(sids) else []
@@ -49,7 +56,7 @@ def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -
         lo += int(np.searchsorted(when[lo:hi], start))
         if lo == hi:
             continue
-        name = names.row(int(sids[lo]) - 1, named=True)
+        name = names.row(int(sids[lo]) - first, named=True)
         segment = values[lo:hi]
         cuts = changepoints(segment)
         bounds = [0, *cuts, len(segment)]
@@ -59,12 +66,13 @@ def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -
             after = float(segment[cut:bounds[i + 2]].mean())
             rows.append((ts[int(lo + cut)], day, name["source"], name["component"], name["service"], name["metric"],
                          before, after, abs(after - before) / scale))
-    return pl.DataFrame(rows, orient="row", schema=["ts", "day", "source", "component", "service", "metric",
-                                                    "before", "after", "score"])
+    return pl.DataFrame(rows, orient="row", schema=SCHEMA)
 
 
-def write_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date, found: pl.DataFrame) -> int:
+def write_changepoints(con: duckdb.DuckDBPyConnection, day: dt.date, found: list[pl.DataFrame]) -> int:
+    """A day's change points, found a batch of series at a time."""
     con.execute("delete from changepoints where day = ?", [day])
-    if len(found):
-        con.execute("insert into changepoints select * from found")
-    return len(found)
+    for rows in found:
+        if len(rows):
+            con.execute("insert into changepoints select * from rows")
+    return sum(map(len, found))

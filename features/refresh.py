@@ -134,23 +134,31 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
 
 
 def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
-    """Recompute every feature table for one UTC day; returns the rows each holds for it. The change points
-    (ruptures, in Python) are found in a thread of their own while DuckDB computes the other tables, where DuckDB
-    has threads to spare (a task given one thread, as a cluster's worker is, keeps to it)."""
+    """Recompute every feature table for one UTC day; returns the rows each holds for it. The metric series are
+    read once for the anomaly table and the change points, a batch of series at a time; a batch's change points
+    (ruptures, in Python) are found in a thread of their own while DuckDB computes the next batch's anomalies and then
+    the other tables, where DuckDB has threads to spare (a task given one thread, as a cluster's worker is, keeps to
+    it). At most two batches are held at once."""
     start = dt.datetime.combine(day, dt.time())
     end = start + dt.timedelta(days=1)
-    series = metric_series(con, start - dt.timedelta(minutes=WINDOW), end)  # one read for both tables
     spare = store.threads(con) > 1
+    found, pending = [], []
     with ThreadPoolExecutor(1) as pool:
-        found = pool.submit(find_changepoints, series, day) if spare else None
+        def batches():
+            for batch in metric_series(con, start - dt.timedelta(minutes=WINDOW), end):
+                found.extend(f.result() for f in pending)
+                pending[:] = [pool.submit(find_changepoints, batch, day)] if spare else []
+                found.extend([] if spare else [find_changepoints(batch, day)])
+                yield batch
+
         counts = {
-            "metric_anomaly": refresh_metric_anomaly(con, start, end, series),
+            "metric_anomaly": refresh_metric_anomaly(con, start, end, batches()),
             "log_template_minute": refresh_template_minute(con, start, end),
             "trace_edge_minute": refresh_trace_edges(con, start, end),
             "span_self_minute": refresh_span_self(con, start, end),
             "event_pair_minute": refresh_event_pairs(con, start, end),
         }
         counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
-        points = found.result() if found else find_changepoints(series, day)
-        counts["changepoints"] = write_changepoints(con, day, points)
+        found.extend(f.result() for f in pending)
+        counts["changepoints"] = write_changepoints(con, day, found)
     return counts

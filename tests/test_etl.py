@@ -403,3 +403,40 @@ def test_a_rise_stands_out_against_its_own_hour_however_high_the_day_s_other_fau
     out = robust_z(pl.DataFrame({"sid": [1] * minutes, "minute": list(range(minutes)), "value": value}),
                    ["sid"], "value", "minute")
     assert out["z"][605] > 10
+
+
+def test_a_day_s_features_computed_a_batch_of_series_at_a_time_are_those_of_the_whole_day(replay, loaded, tmp_path,
+                                                                                         monkeypatch):
+    """The anomaly table and the change points are computed over batches of whole series, so that a day of many
+    components holds a few batches, not the day (issue 73): a hundred small batches give the same rows as one."""
+    import features
+
+    monkeypatch.setattr(features, "SERIES_POINTS", 2_000)
+    nightly(replay, tmp_path / "small.duckdb")
+    for table in ("metric_anomaly", "changepoints"):
+        assert sorted(q(tmp_path / "small.duckdb", f"select * from {table}")) == sorted(q(loaded[0], f"select * from {table}"))
+    (batches,), = q(tmp_path / "small.duckdb", "select count(*) // 2000 from metric_points")
+    assert batches > 100
+
+
+def test_change_points_of_series_without_a_service_and_then_with_one_make_one_table():
+    """A batch whose first hundred change points were a node's (no service) failed at the first pod's: polars
+    guessed the service column's type from the first rows."""
+    import datetime as dt
+
+    import polars as pl
+
+    from features.changepoints import find_changepoints
+
+    day = dt.date(2025, 6, 5)
+    start = dt.datetime.combine(day, dt.time())
+    minutes = range(240)
+    steps = [1.0 if m < 120 else 9.0 for m in minutes]
+    points = pl.DataFrame({"sid": [s for s in range(101, 203) for _ in minutes],
+                           "ts": [start + dt.timedelta(minutes=m) for _ in range(101, 203) for m in minutes],
+                           "value": steps * 102})
+    names = pl.DataFrame({"sid": range(101, 203), "source": ["infra_node"] * 101 + ["infra_pod"],
+                          "component": [f"node-{i}" for i in range(101)] + ["f1-0"], "service": [None] * 101 + ["f1"],
+                          "metric": ["cpu"] * 102})
+    found = find_changepoints((names, points), day)
+    assert len(found) == 102 and found["service"].to_list()[-1] == "f1"
