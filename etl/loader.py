@@ -348,9 +348,9 @@ def load_day(day: Day) -> DayResult:
 
 # A scan of many small files costs about what a scan of one file of their rows does, and a query a file costs
 # tens of milliseconds more: files one query reads alike are read together, up to these bounds (the memory a
-# scan's window functions hold grows with its files).
+# scan's window functions hold grows with its files; files of megabytes gain nothing from company).
 BATCH_FILES = 256
-BATCH_BYTES = 256 * 2**20
+BATCH_BYTES = 64 * 2**20
 
 
 def units(adapter, sources) -> list[tuple[Source, ...]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from rcalab.errors import RcalabError, StoreBusy, StoreError
-from rcalab.tasks import worker_threads
+from rcalab.tasks import task_memory, worker_threads
 
 # Ordered, append-only: each migration runs once, in a transaction, when the store opens.
 MIGRATIONS = [
@@ -292,8 +292,8 @@ def connect(path: Path | str, read_only: bool = False, shards: bool = True) -> d
 @contextmanager
 def write_shard(out: Path):
     """A shard written for one task: a connection to it under a temporary name (what an interrupted task left
-    there removed), whose DuckDB takes the threads of the worker it runs on; renamed into place when the block
-    ends, left unseen and removed when it fails. A refusal of the store's disk is a StoreError."""
+    there removed), whose DuckDB takes the threads of the worker it runs on and holds at most `task_memory` (it
+    spills the rest to disk); renamed into place when the block ends, left unseen and removed when it fails. A refusal of the store's disk is a StoreError."""
     tmp = out.with_name(out.name + ".tmp")
     for left in (tmp, tmp.with_name(tmp.name + ".wal")):
         left.unlink(missing_ok=True)
@@ -301,6 +301,7 @@ def write_shard(out: Path):
     try:
         if threads := worker_threads():
             con.execute(f"set threads = {int(threads)}")
+        con.execute(f"set memory_limit = '{task_memory() // 2**20}MiB'")  # beyond it DuckDB spills to disk
         yield con
         con.execute("checkpoint")
     except BaseException as e:

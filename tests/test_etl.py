@@ -440,3 +440,13 @@ def test_change_points_of_series_without_a_service_and_then_with_one_make_one_ta
                           "metric": ["cpu"] * 102})
     found = find_changepoints((names, points), day)
     assert len(found) == 102 and found["service"].to_list()[-1] == "f1"
+
+
+def test_a_task_s_duckdb_holds_at_most_its_share_of_memory_and_spills_the_rest(tmp_path):
+    """DuckDB's own bound is 80 % of the machine: a day of 10,000 pods took 12 GB to sort its anomaly table, and a
+    machine's workers would each take as much. A task's connection holds `task_memory` (issue 73)."""
+    from rcalab.tasks import TASK_MEMORY
+
+    with store.write_shard(tmp_path / "x.duckdb") as con:
+        (limit,), = con.execute("select current_setting('memory_limit')").fetchall()
+    assert limit == f"{TASK_MEMORY / 2**30:.1f} GiB"
