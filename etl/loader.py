@@ -358,8 +358,7 @@ def units(adapter, sources) -> list[tuple[Source, ...]]:
     adapter's `batch` (a query of that key reads any list of its files as one, each row with its `filename`)."""
     alone, batches = [], {}
     for src in sources:
-        key = None if src.copy or src.kind == "unreadable" else getattr(adapter, "batch", _alone)(
-            InputFile(Path(src.path), src.kind, src.reason))
+        key = None if src.copy else _batch(adapter, InputFile(Path(src.path), src.kind, src.reason))
         if key is None:
             alone.append((src,))
             continue
@@ -371,9 +370,16 @@ def units(adapter, sources) -> list[tuple[Source, ...]]:
     return [tuple(src for src, _ in chunk) for chunks in batches.values() for chunk in chunks] + alone
 
 
-def _alone(file: InputFile) -> None:
-    """An adapter without `batch` reads each file with a query of its own."""
-    return None
+def _reader(adapter, kind: str):
+    """What reads a file of `kind`: its dump's adapter, or for a cluster's exports beside any dump, `kubernetes`."""
+    return kubernetes if kind == kubernetes.KIND else adapter
+
+
+def _batch(adapter, file: InputFile):
+    """The key of the files one scan of its reader reads with `file`, or None where it is read alone (a reader
+    without `batch` reads each file with a query of its own)."""
+    batch = getattr(_reader(adapter, file.kind), "batch", None)
+    return batch(file) if batch and file.kind != "unreadable" else None
 
 
 def _copied(con, src: Source) -> Loaded:
@@ -461,11 +467,10 @@ def _load(con, adapter, unit: tuple[Source, ...]) -> list[tuple[int, bool, str]]
     if first.kind == "unreadable":  # the adapter could not read it to tell what it holds
         raise LoadError(first.reason)
     table = TABLES[first.kind][0]
-    reader = kubernetes if first.kind == kubernetes.KIND else adapter
     file = InputFile(Path(first.path), first.kind, first.reason)
-    query = reader.query(con, file)
+    query = _reader(adapter, first.kind).query(con, file)
     fids = [src.file_id for src in unit]
-    if getattr(reader, "batch", _alone)(file) is None:
+    if _batch(adapter, file) is None:
         params, ids = query.params | {"file_ids": fids}, "select *, $file_ids[1] as file_id from ({})"
     else:  # the query reads the list of paths, each row with its `filename`
         params = query.params | {"path": [src.path for src in unit], "file_ids": fids}

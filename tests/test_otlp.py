@@ -167,3 +167,16 @@ def test_many_small_files_load_in_one_scan_into_the_rows_each_gives_alone(twins,
                                         "where m.path like '%/apm/pod/%'").fetchall()))
     con.close()
     assert together == apart
+
+
+def test_a_scan_reads_the_files_of_one_reader_and_a_cluster_s_exports_each_alone(tmp_path):
+    """The Collector's records of a cluster's objects beside an OTLP dump are the `kubernetes` reader's, which
+    reads a file a query: they are never put in one scan with each other or with the dump's telemetry."""
+    from etl.adapters import kubernetes, otlp
+
+    paths = [tmp_path / f"{i}.json" for i in range(4)]
+    for p in paths:
+        p.write_text("{}\n")
+    sources = [loader.Source(str(p), kind, "", i) for i, (p, kind) in
+               enumerate(zip(paths, [kubernetes.KIND, kubernetes.KIND, "metric", "metric"]))]
+    assert sorted(map(len, loader.units(otlp, sources))) == [1, 1, 2]
