@@ -4,6 +4,7 @@ folders loaded into `k8s_objects` and `k8s_events`."""
 import datetime as dt
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -111,6 +112,22 @@ def test_a_case_folder_loads_into_objects_and_events_and_its_label_is_not_read(t
     assert denied
     labels = json.loads((dump / "startup/60/metadata.json").read_text())["result"]["root_cause"]
     assert not con.execute("select count(*) from k8s_objects where status like ?", [f"%{labels}%"]).fetchall()[0][0]
+
+
+def test_a_case_s_metrics_load_as_its_services_and_nodes_series_on_the_events_clock(tmp_path):
+    """metrics.csv: a column SERVICE-METRIC a series (a node's where kubectl lists that node), its times China's
+    clock, eight hours after the events' UTC: read as UTC, beside the case's events."""
+    dump = tmp_path / "boutique"
+    shutil.copytree(CASES / "infrastructure/41", dump / "infrastructure/41")
+    db = tmp_path / "store.duckdb"
+    assert CliRunner().invoke(cli, ["etl", str(dump), "--db", str(db)]).exit_code == 0
+    con = store.connect(db, read_only=True)
+    kinds = dict(con.execute("select component, any_value(component_kind) from metric_points group by all").fetchall())
+    assert kinds["redis-cart"] == kinds["adservice"] == "service" and kinds["worker-01"] == kinds["master"] == "node"
+    (first, last), = con.execute("select min(ts), max(ts) from metric_points").fetchall()
+    stamps = re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", (dump / "infrastructure/41/raw_data/k8s_states.json").read_text())
+    latest = dt.datetime.fromisoformat(max(stamps)[:-1])  # the last time kubectl printed (a pod's start, in UTC)
+    assert latest < first < latest + dt.timedelta(minutes=10) and last < latest + dt.timedelta(minutes=20)
 
 
 EXPECTED = {  # a case of each stage of a pod's life: its label, and the words the cause is found by

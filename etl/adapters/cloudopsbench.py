@@ -6,8 +6,10 @@ a node with its evidence lines) into `k8s_events` as type Alert. From `tool_cach
 outputs: `GetAppYAML`'s (each app's manifests, as applied) into `k8s_objects` with the status `kubectl.DECLARED`, what
 was asked for, which the evidence holds beside what the cluster shows; `CheckNodeServiceStatus`'s (systemd's status of
 a node's kubelet, container runtime, kube-proxy or scheduler) into `k8s_events` as type Service on the node, the
-unit the reason and its `Active:` line the message. The snapshot is the case's `SYSTEM/CATEGORY/ID`. `metadata.json`
-holds the case's label: the judge reads it, never the ETL.
+unit the reason and its `Active:` line the message. `metrics.csv` (a column `SERVICE-METRIC` a series, a row every few
+seconds) into `metric_points`, a service's series or a node's; its times are its collector's clock, China's (UTC+8: they sit eight
+hours after the events' UTC in every case read here), read as UTC. The snapshot is the case's `SYSTEM/CATEGORY/ID`.
+`metadata.json` holds the case's label: the judge reads it, never the ETL.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ MANIFESTS = "GetAppYAML:"  # the tool that prints an app's manifests
 UNITS = "CheckNodeServiceStatus:"  # the tool that prints systemd's status of a node's service
 # (the other tools' outputs repeat the raw data)
 ACTIVE = re.compile(r"^\s*Active:\s*(.+)$", re.M)
-SKIPPED = {"metadata.json": "the case's label and query: read by the judge, never by an answer",
-           "metrics.csv": "a case's metrics are not read yet"}
+METRICS = "metrics.csv"
+CLOCK = "Asia/Shanghai"  # metrics.csv's times
+SKIPPED = {"metadata.json": "the case's label and query: read by the judge, never by an answer"}
 
 
 def cases(root: Path) -> list[Path]:
@@ -58,6 +61,8 @@ def discover(root: Path) -> list[InputFile]:
         for path in sorted(p for p in case.rglob("*") if p.is_file()):
             if path.name in READ and path.parent.name == "raw_data" or path.name == TOOLS and path.parent == case:
                 files.append(InputFile(path, "k8s"))
+            elif path.name == METRICS and path.parent.name == "raw_data":
+                files.append(InputFile(path, "metric"))
             else:
                 files.append(InputFile(path, "skip", SKIPPED.get(path.name, "not part of the snapshot rcalab reads")))
     return files
@@ -69,6 +74,8 @@ STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{
 
 
 def query(con, file: InputFile) -> Query:
+    if file.kind == "metric":
+        return _metrics(file)
     try:
         doc = json.loads(file.path.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError as e:
@@ -150,3 +157,25 @@ def _alerts(doc, case: str) -> tuple[dict, list[str]]:
                          "message": str(line), "count": 1})
     notes = [f"{odd} alerts without an object's evidence list left out; the rest loaded"] if odd else []
     return {"k8s_events": pa.Table.from_pylist(rows, kubectl.EVENTS)}, notes
+
+
+def _metrics(file: InputFile) -> Query:
+    """metrics.csv's series, each column `NAME-METRIC` (a name may hold dashes, a metric does not): a node's where
+    the case's kubectl lists a node of that name, else a service's."""
+    states = file.path.parent / STATES
+    try:
+        objects, _, _ = kubectl.read_states(json.loads(states.read_text(encoding="utf-8", errors="replace")))
+    except (OSError, json.JSONDecodeError, AttributeError):  # its states are named as the load of that file fails
+        objects = []
+    nodes = sorted({o["metadata"]["name"] for o in objects if o.get("kind") == "Node"})
+    series = "regexp_extract(name, '^(.+)-([^-]+)$', {})"
+    return Query(f"""
+    select timezone('UTC', timezone($clock, try_cast(time as timestamp))) as ts, 'cloudopsbench' as source,
+           who as component, case when node then 'node' else 'service' end as component_kind,
+           case when not node then who end as service, case when node then who end as node, metric,
+           try_cast(value as double) as value
+    from (select *, {series.format(1)} as who, {series.format(2)} as metric,
+                 list_contains($nodes, {series.format(1)}) as node
+          from (unpivot (select * from read_csv($path, header = true, all_varchar = true))
+                on columns(* exclude (time)) into name name value value))""",
+                 {"path": str(file.path), "clock": CLOCK, "nodes": nodes})
