@@ -494,9 +494,9 @@ def _load(con, adapter, unit: tuple[Source, ...]) -> list[tuple[int, bool, str]]
     elif first.kind in IMPOSSIBLE:  # staged once: the rows left out are counted, the rest inserted
         reasons = IMPOSSIBLE[first.kind]
         con.execute(f"create or replace temp table staged as {ids.format(select[table])}", params)
-        for fid, *counts in con.execute(f"select file_id, {', '.join(f'count(*) filter ({p})' for p in reasons.values())} "
-                                        "from staged group by file_id").fetchall():
-            left_out[fid] = [f"{reason} ({n:,})" for reason, n in zip(reasons, counts) if n]
+        counts = ", ".join(f"count(*) filter ({p})" for p in reasons.values())
+        for fid, *n in con.execute(f"select file_id, {counts} from staged group by file_id").fetchall():
+            left_out[fid] = [f"{reason} ({k:,})" for reason, k in zip(reasons, n) if k]
         con.execute(f"insert into {table} by name select * from staged "
                     f"where not coalesce({' or '.join(reasons.values())}, false)")
         con.execute("drop table staged")

@@ -293,7 +293,8 @@ def connect(path: Path | str, read_only: bool = False, shards: bool = True) -> d
 def write_shard(out: Path):
     """A shard written for one task: a connection to it under a temporary name (what an interrupted task left
     there removed), whose DuckDB takes the threads of the worker it runs on and holds at most `task_memory` (it
-    spills the rest to disk); renamed into place when the block ends, left unseen and removed when it fails. A refusal of the store's disk is a StoreError."""
+    spills the rest to disk); renamed into place when the block ends, left unseen and removed when it fails. A
+    refusal of the store's disk is a StoreError."""
     tmp = out.with_name(out.name + ".tmp")
     for left in (tmp, tmp.with_name(tmp.name + ".wal")):
         left.unlink(missing_ok=True)

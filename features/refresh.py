@@ -146,9 +146,11 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
     with ThreadPoolExecutor(1) as pool:
         def batches():
             for batch in metric_series(con, start - dt.timedelta(minutes=WINDOW), end):
-                found.extend(f.result() for f in pending)
-                pending[:] = [pool.submit(find_changepoints, batch, day)] if spare else []
-                found.extend([] if spare else [find_changepoints(batch, day)])
+                found.extend(f.result() for f in pending)  # the batch before is done with
+                if spare:
+                    pending[:] = [pool.submit(find_changepoints, batch, day)]
+                else:
+                    found.append(find_changepoints(batch, day))
                 yield batch
 
         counts = {

@@ -188,8 +188,9 @@ def _wide(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from testbed.bench import wide_run
 
     result = wide_run(scale=settings.scale or 0.01, progress=progress)
+    widest = {k: v for k, v in result.items() if k != "sizes"}
     return result, [wide_table(result), measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods, "
-                                                      "ranked and scanned", {k: v for k, v in result.items() if k != "sizes"})]
+                                                      "ranked and scanned", widest)]
 
 
 def wide_table(result: dict) -> Table:

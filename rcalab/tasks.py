@@ -16,27 +16,29 @@ TASK_SECONDS = 1800.0  # a day's task takes seconds to a few minutes here; past 
 TASK_MEMORY = 3 * 2**30  # a task's DuckDB outside a Dask worker: with its Python's batches, a step within 4 GB
 
 
-def worker_threads() -> int | None:
-    """The threads of the Dask worker running this task, None outside one: what the task's DuckDB may use (by
-    default it takes every core, and a machine's workers would each take them all)."""
+def _worker():
+    """The Dask worker running this task, None outside one."""
     try:
         from distributed import get_worker
 
-        return get_worker().state.nthreads
+        return get_worker()
     except (ImportError, ValueError):
         return None
+
+
+def worker_threads() -> int | None:
+    """The threads of the Dask worker running this task, None outside one: what the task's DuckDB may use (by
+    default it takes every core, and a machine's workers would each take them all)."""
+    worker = _worker()
+    return worker.state.nthreads if worker else None
 
 
 def task_memory() -> int:
     """The bytes a task's DuckDB may hold before it spills to disk: three quarters of its Dask worker's memory limit
     (the rest for the task's Python), `TASK_MEMORY` outside one. DuckDB's own default is 80 % of the machine's memory,
     which a day of 10,000 pods took (12 GB to sort its anomaly table) and a machine's workers would each take."""
-    try:
-        from distributed import get_worker
-
-        limit = get_worker().memory_manager.memory_limit
-    except (ImportError, ValueError):
-        limit = None
+    worker = _worker()
+    limit = worker.memory_manager.memory_limit if worker else None
     return int(0.75 * limit) if limit else TASK_MEMORY
 
 

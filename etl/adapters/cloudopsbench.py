@@ -6,9 +6,9 @@ a node with its evidence lines) into `k8s_events` as type Alert. From `tool_cach
 outputs: `GetAppYAML`'s (each app's manifests, as applied) into `k8s_objects` with the status `kubectl.DECLARED`, what
 was asked for, which the evidence holds beside what the cluster shows; `CheckNodeServiceStatus`'s (systemd's status of
 a node's kubelet, container runtime, kube-proxy or scheduler) into `k8s_events` as type Service on the node, the
-unit the reason and its `Active:` line the message. `metrics.csv` (a column `SERVICE-METRIC` a series, a row every few
-seconds) into `metric_points`, a service's series or a node's; its times are its collector's clock, China's (UTC+8: they sit eight
-hours after the events' UTC in every case read here), read as UTC. The snapshot is the case's `SYSTEM/CATEGORY/ID`.
+unit the reason and its `Active:` line the message. `metrics.csv` (a column `NAME-METRIC` a series, a row every few
+seconds) into `metric_points`, a service's series or a node's; its times are its collector's clock, China's (UTC+8:
+they sit eight hours after the events' UTC in every case read here), read as UTC. The snapshot is the case's `SYSTEM/CATEGORY/ID`.
 `metadata.json` holds the case's label: the judge reads it, never the ETL.
 """
 

@@ -195,7 +195,8 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                     it.sum is not null and {CUMULATIVE.format('it.sum.aggregationTemporality')} as cumulative
              from (select *, unnest(coalesce(it.gauge.dataPoints, it.sum.dataPoints)) as p from m)),
          increases as (
-             select *, value - lag(value) over (partition by filename, component, metric order by ts) as rise from numbers),
+             select *, value - lag(value) over (partition by filename, component, metric order by ts) as rise
+             from numbers),
          buckets as (
              select filename, source, component, component_kind, service, node, {_series('p')} as metric,
                     {_time('p.timeUnixNano')} as ts, coalesce(try_cast(p.count as double), 0) as n,
@@ -222,7 +223,8 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
     select filename, ts, source, component, component_kind, service, node, metric || '_count', dn from intervals
     where dn is not null and dn >= 0
     union all
-    select filename, ts, source, component, component_kind, service, node, metric || '_mean', dsum / dn from intervals where dn > 0
+    select filename, ts, source, component, component_kind, service, node, metric || '_mean', dsum / dn from intervals
+    where dn > 0
     union all
     select filename, ts, source, component, component_kind, service, node, metric || '_p95',
            case when k > len(bounds) then bounds[len(bounds)]
