@@ -1,75 +1,73 @@
 """The simulated day in OpenTelemetry's layout: each file of a challenge-layout dump, read as the ETL reads it
 (its adapter's canonical rows), written as the Collector's `file` exporter would (OTLP/JSON lines, gzip): one
 export request per resource (a pod, a service or a node) and file, its attributes the semantic conventions'
-(`service.name`, `k8s.pod.name`, `k8s.node.name`), hex ids, numeric enums, 64-bit numbers as strings. Metrics
-are gauges, each source an instrumentation scope. The labels (`groundtruth.jsonl`, `input.json`) are copied."""
+(`service.name`, `k8s.pod.name`, `k8s.node.name`), hex ids, numeric enums, 64-bit numbers as strings, empty fields
+left out. Metrics are gauges, each source an instrumentation scope. The labels (`groundtruth.jsonl`, `input.json`)
+are copied. DuckDB builds each request's JSON; Python only compresses the lines."""
 
 from __future__ import annotations
 
 import gzip
-import json
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 import duckdb
 
 from etl.adapters import challenge2025
 
-KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 FIELDS = {"trace": "resourceSpans", "log": "resourceLogs", "metric": "resourceMetrics"}
 
+# A resource's attributes, those it has; a JSON object without its null members (RFC 7396: a patch to {}).
+_RESOURCE = """{'attributes': list_filter([{'key': 'service.name', 'value': {'stringValue': nullif(service, '')}},
+                                           {'key': 'k8s.pod.name', 'value': {'stringValue': nullif(pod, '')}},
+                                           {'key': 'k8s.node.name', 'value': {'stringValue': nullif(node, '')}}],
+                                          lambda a: a.value.stringValue is not null)}"""
+_PLAIN = "json_merge_patch('{{}}', to_json({}))"
 
-def _resource(service, pod, node) -> dict:
-    pairs = (("service.name", service), ("k8s.pod.name", pod), ("k8s.node.name", node))
-    return {"attributes": [{"key": k, "value": {"stringValue": v}} for k, v in pairs if v]}
+_ITEMS = {  # a row as one span or log record, with the resource it belongs to
+    "trace": ("pod", _PLAIN.format("""{
+        'traceId': trace_id, 'spanId': span_id, 'parentSpanId': nullif(parent_span_id, ''),
+        'name': coalesce(operation, ''),
+        'kind': case kind when 'internal' then 1 when 'server' then 2 when 'client' then 3 when 'producer' then 4
+                          when 'consumer' then 5 else 0 end,
+        'startTimeUnixNano': ns::varchar,
+        'endTimeUnixNano': (ns + trunc(coalesce(duration_us, 0))::bigint * 1000)::varchar,
+        'status': case when status_code then '{"code": 2}'::json else '{}'::json end,
+        'attributes': case when peer <> '' then [{'key': 'peer.service', 'value': {'stringValue': peer}}] end}"""),
+              "scopeSpans", "spans"),
+    "log": ("component", _PLAIN.format("""{'timeUnixNano': ns::varchar, 'body': {'stringValue': message},
+                                           'traceId': nullif(trace_id, ''),
+                                           'spanId': case when trace_id <> '' then span_id end}"""),
+            "scopeLogs", "logRecords"),
+}
 
 
-def _span(r: dict) -> dict:
-    span = {"traceId": r["trace_id"], "spanId": r["span_id"], "name": r["operation"] or "",
-            "kind": KINDS.get(r["kind"] or "", 0), "startTimeUnixNano": str(r["ns"]),
-            "endTimeUnixNano": str(r["ns"] + int(r["duration_us"] or 0) * 1000),
-            "status": {"code": 2} if r["status_code"] else {}}
-    if r["parent_span_id"]:
-        span["parentSpanId"] = r["parent_span_id"]
-    if r["peer"]:
-        span["attributes"] = [{"key": "peer.service", "value": {"stringValue": r["peer"]}}]
-    return span
-
-
-def _record(r: dict) -> dict:
-    record = {"timeUnixNano": str(r["ns"]), "body": {"stringValue": r["message"]}}
-    if r["trace_id"]:
-        record |= {"traceId": r["trace_id"], "spanId": r["span_id"]}
-    return record
-
-
-def _requests(kind: str, rows: list[dict]) -> list[dict]:
-    """One export request per resource."""
-    by_resource: dict[tuple, list[dict]] = defaultdict(list)
-    if kind == "metric":
-        for r in rows:
-            kind = r["component_kind"]
-            pod = r["component"] if kind not in ("service", "node") else None
-            node = r["component"] if kind == "node" else r["node"]
-            by_resource[r["service"], pod, node, r["source"]].append(r)
-        out = []
-        for (service, pod, node, source), points in by_resource.items():
-            series: dict[str, list] = defaultdict(list)
-            for r in points:
-                series[r["metric"]].append({"timeUnixNano": str(r["ns"]), "asDouble": r["value"]})
-            metrics = [{"name": name, "gauge": {"dataPoints": p}} for name, p in series.items()]
-            out.append({"resource": _resource(service, pod, node),
-                        "scopeMetrics": [{"scope": {"name": source}, "metrics": metrics}]})
-        return out
-    for r in rows:
-        pod = r["pod"] if kind == "trace" else r["component"]
-        by_resource[r["service"], pod, r["node"]].append(r)
-    if kind == "trace":
-        return [{"resource": _resource(*who), "scopeSpans": [{"spans": [_span(r) for r in group]}]}
-                for who, group in by_resource.items()]
-    return [{"resource": _resource(*who), "scopeLogs": [{"logRecords": [_record(r) for r in group]}]}
-            for who, group in by_resource.items()]
+def _lines(con: duckdb.DuckDBPyConnection, kind: str, query) -> list[str]:
+    """The file's export requests, a JSON line each: one per resource, in a stable order."""
+    rows = f"(select *, epoch_ns(ts) as ns from ({query.sql}))"
+    if kind == "metric":  # a series' points, a resource's series, its source the scope
+        sql = f"""
+            with r as (select service, node as host, component, component_kind, source, metric, value, ns
+                       from {rows}),
+            points as (
+                select service,
+                       case when component_kind not in ('service', 'node') then component end as pod,
+                       case when component_kind = 'node' then component else host end as node, source,
+                       {{'name': metric, 'gauge': {{'dataPoints': list({{'timeUnixNano': ns::varchar,
+                                                                       'asDouble': value}} order by ns)}}}} as m
+                from r group by service, pod, node, source, metric)
+            select to_json({{'{FIELDS[kind]}': [{{'resource': {_RESOURCE},
+                             'scopeMetrics': [{{'scope': {{'name': source}},
+                                               'metrics': list(m order by m.name)}}]}}]}})
+            from points group by service, pod, node, source order by service, pod, node, source"""
+    else:
+        who, item, scopes, items = _ITEMS[kind]
+        sql = f"""
+            with r as (select service, {who} as pod, node, {item} as item, ns from {rows})
+            select to_json({{'{FIELDS[kind]}': [{{'resource': {_RESOURCE},
+                             '{scopes}': [{{'{items}': list(item order by ns, item)}}]}}]}})
+            from r group by service, pod, node order by service, pod, node"""
+    return [line for (line,) in con.execute(sql, query.params).fetchall()]
 
 
 def write_otlp(dump: Path, out: Path) -> int:
@@ -81,18 +79,13 @@ def write_otlp(dump: Path, out: Path) -> int:
         for file in challenge2025.discover(dump):
             if file.kind not in FIELDS:
                 continue
-            query = challenge2025.query(con, file)
-            # a row's time (naive UTC, the store's) as OTLP's nanoseconds since the epoch
-            cur = con.execute(f"select *, epoch_ns(ts) as ns from ({query.sql})", query.params)
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, row)) for row in cur.fetchall()]
+            lines = _lines(con, file.kind, challenge2025.query(con, file))
             relative = file.path.relative_to(dump)
             folder = Path(*(part.removesuffix("-parquet") for part in relative.parent.parts))
             target = out / folder / (relative.stem + ".json.gz")
             target.parent.mkdir(parents=True, exist_ok=True)
             with gzip.GzipFile(target, "wb", compresslevel=1, mtime=0) as f:  # no time in the header: same seed, same bytes
-                for request in _requests(file.kind, rows):
-                    f.write((json.dumps({FIELDS[file.kind]: [request]}) + "\n").encode())
+                f.write("".join(line + "\n" for line in lines).encode())
             written += 1
     finally:
         con.close()
