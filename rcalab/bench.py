@@ -93,20 +93,33 @@ SYSTEM_CASES = 5  # bench systems: cases of every fault type a drawn system appl
 
 def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
     """`bench rank` on systems nobody here chose: `random` descriptions drawn from the schema's space (seeds
-    1000 x SEED + k, saved beside the results), a random schedule of each, SYSTEM_CASES cases of every fault type."""
+    1000 x SEED + k, saved beside the results), a random schedule of each, SYSTEM_CASES cases of every fault type.
+    Each system's result is saved as it ends, so a rerun of an interrupted run measures only the systems it lacks."""
     from features.bench import REPLAY_SCALE, ranking, run
     from testbed.drawn import draw
-    from testbed.system import dump
+    from testbed.system import dump, load
 
     folder = settings.out / "systems"
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
+    scale = settings.scale or REPLAY_SCALE
+    result = {}
     for seed in range(1000 * settings.seed, 1000 * settings.seed + settings.random):
-        paths.append(str(folder / f"drawn-{seed}.yaml"))
-        Path(paths[-1]).write_text(dump(draw(seed)))
-    replays = _replays(Settings(settings.out, systems=paths), SYSTEM_CASES)
-    result = run(replays, [], scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranking)
-    return result, [rank_table(result), baselines_table(result)]
+        path, saved = folder / f"drawn-{seed}.yaml", folder / f"drawn-{seed}.json"
+        text = dump(draw(seed))
+        if path.is_file() and path.read_text() == text and saved.is_file():
+            kept = json.loads(saved.read_text())
+            if kept["scale"] == scale:
+                result |= kept["result"]
+                continue
+        path.write_text(text)
+        system = load(path)
+        one = run(_replays(Settings(settings.out, systems=[str(path)]), SYSTEM_CASES), [], scale=scale,
+                  progress=progress, measure=ranking)
+        for r in one.values():
+            r |= {"components": len(system.components), "pods": sum(c.replicas for c in system.components.values())}
+        saved.write_text(json.dumps({"scale": scale, "result": one}, indent=2) + "\n")
+        result |= one
+    return result, [systems_table(result), baselines_table(result)]
 
 
 def _cluster(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -271,6 +284,22 @@ def rank_table(result: dict) -> Table:
                           f"{t['top1_exact']:.2f}")
         table.add_row(f"[bold]{cell(name)}[/]", "[bold]all[/]", str(r["cases"]), f"[bold]{r['top1']:.3f}[/]",
                       f"[bold]{r['top3']:.3f}[/]", f"[bold]{r['top1_exact']:.3f}[/]", end_section=True)
+    return table
+
+
+def systems_table(result: dict) -> Table:
+    """A row a drawn system, its fault types ranked below 1.0 named, and all systems' cases pooled."""
+    table = Table(title="rcalab bench systems: drawn systems, every fault type each applies")
+    for col in ("system", "components", "pods", "cases", "top-1", "top-3", "top-1 exact", "types below 1.0 at top-1"):
+        table.add_column(col, justify="left" if col in ("system", "types below 1.0 at top-1") else "right")
+    for name, r in result.items():
+        weak = ", ".join(f"{fault} {t['top1']:.1f}" for fault, t in r["per_type"].items() if t["top1"] < 1)
+        table.add_row(cell(name), str(r["components"]), str(r["pods"]), str(r["cases"]), f"{r['top1']:.3f}",
+                      f"{r['top3']:.3f}", f"{r['top1_exact']:.3f}", cell(weak))
+    cases = sum(r["cases"] for r in result.values()) or 1
+    pooled = {k: sum(r[k] * r["cases"] for r in result.values()) / cases for k in ("top1", "top3", "top1_exact")}
+    table.add_row("[bold]all[/]", "", "", str(cases), *(f"[bold]{pooled[k]:.3f}[/]" for k in pooled), "",
+                  end_section=True)
     return table
 
 

@@ -58,3 +58,25 @@ def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables
         write_page(what, result, [], f"rcalab bench {what}", page)
         assert f"![{what}](bench/{what}.png)" in page.read_text()
         assert (tmp_path / "bench" / f"{what}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_systems_saves_each_system_as_it_ends_so_a_rerun_measures_only_those_it_lacks(tmp_path, monkeypatch):
+    import features.bench
+    from rcalab.bench import Settings, measure
+
+    ranked = []
+
+    def run(replays, real, **kw):
+        ranked.extend(replays)
+        return {name: {"cases": 5, "top1": 1.0, "top3": 1.0, "top1_exact": 0.8, "AC": {},
+                       "per_type": {"cpu stress": {"cases": 5, "top1": 1.0, "top3": 1.0, "top1_exact": 0.8}}}
+                for name in replays}
+
+    monkeypatch.setattr(features.bench, "run", run)
+    settings = Settings(tmp_path, random=2, seed=3)
+    first, tables = measure("systems", settings)
+    assert ranked == ["drawn-3000 random", "drawn-3001 random"] and first["drawn-3001 random"]["pods"] >= 1
+    (tmp_path / "systems" / "drawn-3001.json").unlink()  # the run stopped before its second system ended
+    again, _ = measure("systems", settings)
+    assert ranked[2:] == ["drawn-3001 random"] and again == first
+    assert tables[0].row_count == 3  # a row a system and all of them pooled
