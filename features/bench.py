@@ -319,6 +319,7 @@ class Replay:
     """A ground truth to replay in the simulator, and the system it describes (a shipped name or a file)."""
     schedule: Path
     system: str = "hipstershop"
+    cluster: bool = False  # simulated with the cluster's state: its objects and events
 
 
 def labelled_stores(tmp: Path, replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE,
@@ -331,8 +332,8 @@ def labelled_stores(tmp: Path, replays: dict[str, Replay], real: list[Path], sca
         progress(f"simulating {name}")
         dump, db = tmp / name, tmp / f"{name}.duckdb"
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(replay.schedule),
-                        "--system", replay.system, "--scale", str(scale), "--seed", str(seed)], check=True,
-                       stdout=subprocess.DEVNULL)
+                        "--system", replay.system, "--scale", str(scale), "--seed", str(seed),
+                        *(["--cluster-state"] if replay.cluster else [])], check=True, stdout=subprocess.DEVNULL)
         progress(f"loading {name}")
         nightly(dump, db)
         yield name, db, dump / "input.json", dump / "groundtruth.jsonl"

@@ -62,10 +62,13 @@ def run(what: str, settings: Settings, page: Path = PAGE, progress=lambda what: 
     return tables
 
 
-def _replays(settings: Settings, per_type: int, limit: int | None = None, prefix: str = "random") -> dict:
-    """A random schedule of each system (saved beside the results), and for HipsterShop the phase-one replay."""
+def _replays(settings: Settings, per_type: int, limit: int | None = None, prefix: str = "random",
+             kubernetes: bool = False) -> dict:
+    """A random schedule of each system (saved beside the results), and for HipsterShop the phase-one replay; with
+    `kubernetes`, also a random schedule of the cluster's own faults on each system, simulated with its state."""
     from features.bench import Replay
     from testbed.bench import random_schedule
+    from testbed.faults import CLUSTER
 
     replays = {}
     if "hipstershop" in settings.systems and settings.schedule and Path(settings.schedule).is_file():
@@ -76,6 +79,10 @@ def _replays(settings: Settings, per_type: int, limit: int | None = None, prefix
             path = random_schedule(settings.out / f"{prefix}-{Path(system).stem}.jsonl", per_type, system=system,
                                    limit=limit)
             replays[f"{Path(system).stem} {prefix}"] = Replay(path, system)
+        for system in settings.systems if kubernetes else ():
+            path = random_schedule(settings.out / f"kubernetes-{prefix}-{Path(system).stem}.jsonl", per_type,
+                                   system=system, limit=limit, types=list(CLUSTER))
+            replays[f"{Path(system).stem} kubernetes {prefix}"] = Replay(path, system, cluster=True)
     return replays
 
 
@@ -83,8 +90,8 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from features.bench import REPLAY_SCALE, run
     from judge.bench import ranked
 
-    result = run(_replays(settings, settings.random), settings.real, scale=settings.scale or REPLAY_SCALE,
-                 progress=progress, measure=ranked)
+    result = run(_replays(settings, settings.random, kubernetes=True), settings.real,
+                 scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked)
     return result, [rank_table(result), baselines_table(result), answers_table(result)]
 
 
@@ -142,8 +149,9 @@ def _detect(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from features.bench import DEMO_DAY, DETECT_RANDOM, Replay, detection, folds, run
 
     days = {"hipstershop demo day": Replay(DEMO_DAY)} if "hipstershop" in settings.systems else {}
-    if settings.random:  # half a day of each system, a random fault an hour
-        days |= _replays(Settings(settings.out, systems=settings.systems), 1, DETECT_RANDOM, "half day")
+    if settings.random:  # half a day of each system, a random fault an hour; and of the cluster's own faults
+        days |= _replays(Settings(settings.out, systems=settings.systems), DETECT_RANDOM, DETECT_RANDOM, "half day",
+                         kubernetes=True)
     result = run(days, settings.real, scale=settings.scale or 0.05, seed=7, progress=progress, measure=detection)
     if "hipstershop" in settings.systems:  # the day's volume of a real system: the scan's time
         result |= run({"hipstershop demo day, full scale": Replay(DEMO_DAY)}, [], scale=1.0, seed=7,

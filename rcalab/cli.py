@@ -105,11 +105,12 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
     systems of 1,000, 5,000 and 10,000 pods beside the floor, and ranks and scans the widest (three faults an hour
     apart and the hour before); load runs diagnose on sixteen
     cases, eight at once, against a stand-in endpoint that answers at once and one slower than the time limit;
-    rank ranks every case of each system's random schedule, of the phase-one replay and of the real days; systems
+    rank ranks every case of each system's random schedule, of a random schedule of the cluster's own faults (with
+    its state), of the phase-one replay and of the real days; systems
     ranks a random schedule (five cases of every fault type) of each of RANDOM systems drawn at random; cluster
     answers Cloud-OpsBench's case folders from the cluster's state and judges them as the benchmark does; diagnose
     runs both agents on a sample of each (SAMPLE of every fault type); detect finds the incidents of a simulated day
-    of each system and of each real day, and scores the confidence.
+    of each system (and of half a day of the cluster's own faults) and of each real day, and scores the confidence.
 
     Example: rcalab bench rank --system trainticket --random 10 --scale 0.1
     """

@@ -30,13 +30,14 @@ SIGNATURE_SCALES = (0.005, 0.05)
 
 
 def random_schedule(path: Path, per_type: int, seed: int = 11, system: str = "hipstershop",
-                    limit: int | None = None) -> Path:
-    """A ground truth of `per_type` cases of every fault type the system applies (at most `limit`), drawn at random
-    (every fault type in turn, random instances and windows), as `simulate --cases` draws them, a fault an hour: a
-    schedule no one tuned to."""
+                    limit: int | None = None, types: list[str] | None = None) -> Path:
+    """A ground truth of `per_type` cases of every fault type the system applies, or of `types` (at most `limit`),
+    drawn at random (every fault type in turn, random instances and windows), as `simulate --cases` draws them, a
+    fault an hour: a schedule no one tuned to."""
     described = load(system)
-    cases = min(per_type * len(fault_types(described)), limit or 10**6)
-    rows = [case.truth for case in random_cases(cases, Topology.build(seed, described), seed)]
+    types = types or fault_types(described)
+    cases = min(per_type * len(types), limit or 10**6)
+    rows = [case.truth for case in random_cases(cases, Topology.build(seed, described), seed, types)]
     Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
     return Path(path)
 

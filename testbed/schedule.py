@@ -84,11 +84,12 @@ def load_schedule(path: Path, topo: Topology, limit: int | None = None) -> list[
     return cases
 
 
-def random_cases(n: int, topo: Topology, seed: int) -> list[Case]:
-    """`n` cases an hour apart, cycling through every fault type in a seeded order."""
+def random_cases(n: int, topo: Topology, seed: int, types: list[str] | None = None) -> list[Case]:
+    """`n` cases an hour apart, cycling in a seeded order through `types` (by default every fault type the system's
+    description applies)."""
     faults.check(topo.system)
     rng = np.random.default_rng([seed, 3])
-    names = list(rng.permutation(faults.fault_types(topo.system)))
+    names = list(rng.permutation(types or faults.fault_types(topo.system)))
     if n and not names:
         where = topo.system.path or topo.system.name
         raise ScheduleError(f"{where}: no fault applies to this system (its `faults` are empty): name the faults that "

@@ -147,3 +147,22 @@ def test_a_truth_names_the_systems_entry_and_its_clients_words():
     assert any(k in line for o in truth["key_observations"] if o["type"] == "log" for k in o["keyword"]), line
     for said in HTTP_WORDS.values():  # every word put in gRPC's place is one an HTTP client's line carries
         assert not said or any(said[0] in line for line in HTTP_ERRORS.values()), said
+
+
+@pytest.mark.parametrize("system", ["hipstershop", "otel-demo", "trainticket"])
+def test_the_cluster_s_own_faults_act_on_any_system_s_workloads_though_its_description_names_none(system, tmp_path):
+    import json
+
+    from testbed.faults import CLUSTER
+    from testbed.schedule import load_schedule
+
+    described = load(system)
+    assert CLUSTER and not set(CLUSTER) & set(described.faults)
+    topo = Topology.build(0, described)
+    cases = random_cases(2 * len(CLUSTER), topo, 0, list(CLUSTER))
+    assert {c.fault.name for c in cases} == set(CLUSTER)
+    assert {c.target.level for c in cases} == {"service"}  # a workload's spec, all its pods
+    assert all(c.truth["instance"] in described.components for c in cases)
+    path = tmp_path / "k8s.jsonl"  # its truth replays as a schedule
+    path.write_text("".join(json.dumps(c.truth) + "\n" for c in cases))
+    assert [c.target for c in load_schedule(path, topo)] == [c.target for c in cases]

@@ -25,9 +25,12 @@ from ..system import System
 from . import code, datastores, jvm, kubernetes, load, network, nodes, pods
 from .base import FAULTS, OPENING, Fault, Target, applies, busiest_site, can, code_site
 
-__all__ = ["FAULTS", "OPENING", "Fault", "Target", "applies", "busiest_site", "can", "check", "code_site",
+__all__ = ["CLUSTER", "FAULTS", "OPENING", "Fault", "Target", "applies", "busiest_site", "can", "check", "code_site",
            "fault_types", "get", "scenario"]
 LIBRARY = (pods, jvm, network, code, datastores, load, nodes, kubernetes)  # the modules whose entries FAULTS holds, as imported
+# The cluster's own faults act on any system's services, as every system here runs on Kubernetes: a schedule may name
+# them where its description does not. Their evidence is the cluster's state (`simulate --cluster-state`).
+CLUSTER = tuple(sorted(name for name, f in FAULTS.items() if f.category == "kubernetes"))
 
 
 def check(system: System) -> System:
@@ -60,10 +63,11 @@ def check(system: System) -> System:
 
 
 def get(name: str, system: System) -> Fault:
-    """A fault type the system's description applies: a fault of the library, or one of its scenarios."""
+    """A fault type the system's description applies (a fault of the library, or one of its scenarios), or one of
+    the cluster's own."""
     if name in system.scenarios:
         return scenario(system, name)
-    if name not in system.faults:
+    if name not in system.faults and name not in CLUSTER:
         raise ScheduleError(f"unknown fault type '{name}' (known: {', '.join(fault_types(system))})")
     return FAULTS[name]
 

@@ -77,7 +77,8 @@ class Fault:
         if self.target:
             return [Target("service", tuple(topo.pods_of(self.target)))]
         out = []
-        for spec in system.faults.get(self.name, ()):
+        # the cluster's own faults act on any system's services, where its description names none
+        for spec in system.faults.get(self.name, ("service",) if self.category == "kubernetes" else ()):
             if spec == "node":
                 out += [Target("node", tuple(topo.pods_on(n)), node=n) for n in system.workers]
             elif spec == "link":
@@ -85,7 +86,8 @@ class Fault:
             else:
                 comps = [c.name for c in system.components.values() if matches(c, spec) and can(self, c)]
                 out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
-                if "link" not in self.acts_on:  # a network fault acts on a service's links, not on one of its pods
+                # a network fault acts on a service's links, and the cluster's on a workload's spec: not on one pod
+                if "link" not in self.acts_on and self.category != "kubernetes":
                     out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
                             for p in topo.pods_of(c)]
         return out
