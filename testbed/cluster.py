@@ -1,7 +1,7 @@
 """What Kubernetes shows of a simulated system: its nodes, deployments, services and pods every ten minutes, as the
 OpenTelemetry Collector's k8sobjects receiver writes them (pull mode, `interval: 10m`: each object a log record), with
-the pod states and events a fault leaves (`Change`: the fault mechanisms of the cluster's own
-faults add them to a `Day`). The ETL reads the file beside any dump (`etl/adapters/kubernetes.py`)."""
+the pod states and events a fault leaves (`Change`: the mechanisms of the cluster's own faults, and of a pod's kill
+or failure, add them to a `Day`). The ETL reads the file beside any dump (`etl/adapters/kubernetes.py`)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ class Change:
 
 RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
            "containerStatuses": [{"name": "server", "ready": True, "restartCount": 0, "state": {"running": {}}}]}
+
+
+def restarted(count: int, reason: str, code: int, ready: bool = True) -> dict:
+    """A running pod's status once its container has restarted `count` times, the last run ending so."""
+    return {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}],
+            "containerStatuses": [{"name": "server", "ready": ready, "restartCount": count, "state": {"running": {}},
+                                   "lastState": {"terminated": {"reason": reason, "exitCode": code}}}]}
 
 
 def _set(service: str) -> str:

@@ -569,3 +569,46 @@ def test_the_llm_agent_asks_its_model_only_where_the_state_leaves_a_choice(tmp_p
     con.execute("delete from k8s_events where object_name like ?", [f"{other}-%"])
     silent = ScriptedChat()
     assert snapshot_answer(con, q, silent, "tiny").answer["component"] == first and not silent.asked
+
+
+@pytest.mark.parametrize("fault, reason", [("pod kill", "Stopping container server"),
+                                           ("pod failure", "Container server definition changed")])
+def test_a_pod_fault_leaves_what_kubernetes_writes_and_the_answer_it_had_without_the_state(tmp_path, fault, reason):
+    """A killed pod's container restarts (Killing, a restart counted), a failed pod's is swapped for one that idles
+    (restarted for its changed definition, not ready while it idles): the state says what happened to the pod, and
+    the answer from the telemetry stands, as without the state."""
+    import shutil
+
+    from features.cases import load_questions
+    from features.digest import build_digest
+    from testbed.bench import random_schedule
+
+    schedule = random_schedule(tmp_path / "schedule.jsonl", 1, system="hipstershop", types=[fault])
+    out = tmp_path / "dump"
+    runner = CliRunner()
+    result = runner.invoke(cli, ["simulate", str(out), "--schedule", str(schedule), "--scale", "0.003", "--hours", "2",
+                                 "--cluster-state"])
+    assert result.exit_code == 0, result.output
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("k8s"))
+    tops = []
+    for dump in (out, bare):
+        db = tmp_path / f"{dump.name}.duckdb"
+        assert runner.invoke(cli, ["etl", str(dump), "--db", str(db)]).exit_code == 0
+        con = store.connect(db, read_only=True)
+        digest = build_digest(con, load_questions(dump / "input.json")[0])
+        top = digest.candidates[0]
+        tops.append((top.component, digest.options[top.component][0].fault_type))
+        if dump == out:
+            truth = json.loads((out / "groundtruth.jsonl").read_text())
+            pods = {p for p, in con.execute("select pod from placement where service = ?", [truth["service"]]).fetchall()}
+            said = {name for name, message in con.execute("select object_name, message from k8s_events").fetchall()
+                    if reason in message}
+            assert said and said <= pods
+            shown = [json.loads(s)["containerStatuses"][0] for s, in con.execute(
+                "select status from k8s_objects where kind = 'Pod' and list_contains(?, name)", [sorted(said)]).fetchall()]
+            assert any(st["restartCount"] > 0 for st in shown)
+            if fault == "pod failure":  # a kill's two minutes may fall between two pulls
+                assert any(not st["ready"] for st in shown)
+        con.close()
+    assert tops[0] == tops[1]

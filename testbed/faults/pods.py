@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cluster import Change, restarted
 from ..workload import MINUTES
 from .base import (ANY, burst, callers_series, cold_start, cut_off, fault, indices, NET_KPIS, own_series, ramp, SERVICE,
                    watcher_of)
@@ -66,6 +67,7 @@ def pod_failure(day, target, sl, rng):
              logged=("reset", "refused"))
     day.pod_kpi["pod_memory_working_set_bytes"][sl, indices(day, target.pods)] *= 0.05  # an idle container's
     cold_start(day, target.pods, sl.stop)
+    _failed_pods(day, tuple(target.pods), sl)
     part = day.topo.service_of[target.pods[0]]
     if part not in day.db_kpi:
         return
@@ -93,6 +95,16 @@ def pod_failure(day, target, sl, rng):
         series[sl] += 30
 
 
+def _failed_pods(day, pods: tuple[str, ...], sl: slice) -> None:
+    """What Kubernetes shows of a pod whose container image is swapped for one that does nothing (Chaos Mesh's pod
+    failure): the kubelet restarts the container for its changed definition, the pod is not ready while it idles,
+    and it restarts again when the image is put back."""
+    swapped = (("Normal", "Killing", "Container server definition changed, will be restarted"),
+               ("Normal", "Started", "Started container server"))
+    day.cluster.append(Change(sl.start, sl.stop, pods, restarted(1, "Completed", 0, ready=False), swapped))
+    day.cluster.append(Change(sl.stop, MINUTES, pods, restarted(2, "Completed", 0), swapped))
+
+
 @fault("pod kill", "pod fault", SERVICE,
        [{"type": "trace", "subtype": "request_proportion_anomalies", "keyword": ["{entry}"]},
         {"type": "metric", "keyword": ["request", "response"]},
@@ -117,6 +129,11 @@ def pod_kill(day, target, sl, rng):
         day.pod_kpi[k][down, idx] *= 0.05
     day.pod_kpi["pod_processes"][down, idx] = 0
     cold_start(day, target.pods, sl.start)
+    # Kubernetes: the container killed and started again, not ready until it is (its restart counted from then)
+    day.cluster.append(Change(down.start, down.stop, tuple(target.pods), restarted(1, "Error", 137, ready=False),
+                              (("Normal", "Killing", "Stopping container server"),
+                               ("Normal", "Started", "Started container server"))))
+    day.cluster.append(Change(down.stop, MINUTES, tuple(target.pods), restarted(1, "Error", 137)))
 
 
 @fault("memory leak", "stress test", SERVICE,
