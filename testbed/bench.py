@@ -197,7 +197,8 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
             con = store.connect(tmp / "store.duckdb", read_only=True)
             (rows, files), = con.execute("select sum(rows), count(*) from manifest where status = 'loaded'").fetchall()
             size |= {"files": files, "rows": rows, "etl / floor": round(size["etl s"] / size["floor s"], 2),
-                     "etl us a row": round(size["etl s"] / rows * 1e6, 2)}
+                     "etl us a row": round(size["etl s"] / rows * 1e6, 2),
+                     "simulate ms a pod-hour": round(size["simulate s"] / (pods * (cases + 1)) * 1e3, 2)}
             out["sizes"].append(size)
             con.close()
         widest = out["sizes"][-1]
