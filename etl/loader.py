@@ -2,11 +2,12 @@
 is new, changed, failed before or gone; then mine the new shards' log lines for templates, in day order, and
 mark the UTC days whose features read their rows (`dirty_days`) for the refresh (`features/refresh.py`).
 
-A day is a unit of work (`load_day`, a task that may run in this process or on a Dask worker): it writes a
-shard under a temporary name, copying the rows of its unchanged files from the day's previous shard and
-reading the rest, each file in one transaction, and renames it into place; the catalog then switches to it in
-one transaction. A task that dies leaves the previous shard and the catalog as they were, and a rerun (or the
-engine's retry) redoes the day. A file that fails is recorded in the manifest with the reason (the rows of its
+A day is loaded in parts (`PART_BYTES` of its files a part, each file in the part a stable hash of its path names),
+each a unit of work (`load_day`, a task that may run in this process or on a Dask worker): it writes a shard under a
+temporary name, copying the rows of its unchanged files from the part's previous shard and reading the rest, each
+file in one transaction, and renames it into place; once every part of the day is written, the catalog switches to
+them in one transaction. A task that dies leaves the previous shards and the catalog as they were, and a rerun (or
+the engine's retry) redoes the day. A file that fails is recorded in the manifest with the reason (the rows of its
 previous load kept) and the rest goes on.
 """
 
@@ -22,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from stat import S_ISREG
 from typing import Callable
@@ -163,14 +165,43 @@ def mend(con, db: Path) -> list[str]:
 
 
 def _tag(dump: Path) -> str:
-    """What keeps the days of different dumps in one store apart (a load shard's key is its day and this)."""
+    """What keeps the days of different dumps in one store apart (a load shard's key is its day and this, and
+    which part of how many it is where its day is loaded in parts: `_parted`)."""
     return hashlib.sha1(str(dump).encode()).hexdigest()[:8]
 
 
+# A day of this many bytes of files or more is loaded in parts, at most MAX_PARTS: tasks that workers share. A part
+# costs a shard and a task's start, and 128 MB of files take tens of seconds to load; a simulated HipsterShop day at
+# full scale (370 MB) loads in three parts. Chosen, not fitted.
+PART_BYTES = 128 * 2**20
+MAX_PARTS = 16
+PART_KEY = re.compile(r"(.+)-([0-9a-f]{8})(?:-(\d+)of(\d+))?")
+
+
+def _parts(size: int) -> int:
+    return max(1, min(MAX_PARTS, -(-size // PART_BYTES)))
+
+
+def _part(path: str, parts: int) -> int:
+    """The part of its day a file loads in: a stable hash of its path."""
+    return int.from_bytes(hashlib.sha1(path.encode()).digest()[:4], "big") % parts
+
+
+def _parted(key: str, part: int, parts: int) -> str:
+    return key if parts == 1 else f"{key}-{part}of{parts}"
+
+
+def _day_key(key: str) -> str:
+    """The day (and dump) of a load shard's key, its part left off."""
+    day, tag, _, _ = PART_KEY.fullmatch(key).groups()
+    return f"{day}-{tag}"
+
+
 def _in_day(path: Path, key: str) -> bool:
-    """Whether a file of some dump belongs to the day of a load shard's key."""
-    day, tag = key.rsplit("-", 1)
-    return any(_tag(dump) == tag and day_of(dump, path) == day for dump in path.parents)
+    """Whether a file of some dump belongs to the day (and part) of a load shard's key."""
+    day, tag, part, parts = PART_KEY.fullmatch(key).groups()
+    return (any(_tag(dump) == tag and day_of(dump, path) == day for dump in path.parents)
+            and (parts is None or _part(str(path), int(parts)) == int(part)))
 
 
 def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -> None:
@@ -197,41 +228,69 @@ def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -
                 _record(con, [(str(file.path), file.kind, _file_id(con, prev), 0, "skipped", file.reason)])
                 report.skipped += 1
             continue
-        days.setdefault(f"{day_of(dump, file.path)}-{tag}", []).append((file, prev, same and prev[2] == "loaded"))
+        days.setdefault(f"{day_of(dump, file.path)}-{tag}", []).append((file, prev, same and prev[2] == "loaded",
+                                                                        stat.st_size))
     gone: dict[str, list[tuple[str, int]]] = {}
     for path, (_, _, status, fid) in known.items():
         if status == "loaded" and path.startswith(f"{dump}/") and path not in present:
             gone.setdefault(f"{day_of(dump, Path(path))}-{tag}", []).append((path, fid))
-    todo = []
+    todo = []  # (the day's key, the part's, its task)
+    replaced: dict[str, list] = {}  # the day's shards its new parts replace
     next_id = con.execute("select coalesce(max(file_id), 0) + 1 from manifest").fetchall()[0][0]
     build = _next_build(con, db)
     for key in sorted(set(days) | set(gone)):
-        entries = days.get(key, [])
-        if all(copy for *_, copy in entries) and key not in gone and key in shards:
-            continue
-        sources = []
-        for file, prev, copy in entries:
+        entries = []  # (the file, its id, whether its rows may be copied, its size)
+        for file, prev, copy, size in days.get(key, []):
             if prev:
                 fid = prev[3]
             else:
                 fid, next_id = next_id, next_id + 1
-            sources.append(Source(str(file.path), file.kind, file.reason, fid, copy and key in shards))
-        previous = store.shard_dir(db) / shards[key][1] if key in shards else None
-        todo.append((key, Day(adapter.NAME, tuple(sources), previous and str(previous),
-                              str(store.shard_dir(db) / f"load-{key}.{build + len(todo)}.duckdb"))))
+            entries.append((file, fid, copy, size))
+        for part, sources, previous in _plan(key, entries, gone.get(key, []), shards, replaced):
+            todo.append((key, part, Day(adapter.NAME, sources, previous and str(store.shard_dir(db) / previous),
+                                        str(store.shard_dir(db) / f"load-{part}.{build + len(todo)}.duckdb"))))
+    waiting = {key: sum(k == key for k, _, _ in todo) for key, _, _ in todo}
+    results: dict[str, list] = {}
     done = 0
     try:
-        for i, result in run_tasks(load_day, [day for _, day in todo], client):
-            key = todo[i][0]
+        for i, result in run_tasks(load_day, [task for _, _, task in todo], client):
+            key, part, _ = todo[i]
+            results.setdefault(key, []).append((part, result))
+            if len(results[key]) < waiting[key]:
+                continue
             if progress:
                 progress(done, f"day {key.rsplit('-', 1)[0]} of the dump")
-            _switch(con, db, key, result, shards.get(key), gone.get(key, []), report)
+            _switch(con, db, results.pop(key), replaced.get(key, []), gone.get(key, []), report)
             done += 1
     except StoreError as e:
         raise StoreError(f"{e}; the {done} days loaded before it are kept; run the same command again once that is "
                          "mended") from None
     mine_shards(con, db)
     con.execute("delete from dirty_days where day not between ? and ?", [FIRST_DAY, last_day()])  # none can load
+
+
+def _plan(key: str, entries: list, gone: list[tuple[str, int]], shards: dict, replaced: dict[str, list]) -> list:
+    """The parts of a day to load: (part key, its files, the file of its previous shard to copy from). Where the
+    day's shards are parts of its split, each part is loaded alone where a file of it is new, changed or gone, the
+    others kept; where they are not (its bytes grew past another part), every part, in place of them all.
+    `replaced` learns the shards (build, file, lo, hi) the day's new parts replace."""
+    parts = _parts(sum(size for *_, size in entries))
+    keys = [_parted(key, i, parts) for i in range(parts)]
+    held = [k for k in shards if _day_key(k) == key]
+    split = set(held) <= set(keys)
+    plan = []
+    for i, part in enumerate(keys):
+        mine = [e for e in entries if _part(str(e[0].path), parts) == i]
+        lost = [g for g in gone if _part(g[0], parts) == i]
+        kept = split and part in shards
+        if split and (kept and all(copy for _, _, copy, _ in mine) and not lost or not (mine or kept)):
+            continue  # as it is, or nothing to load or drop
+        plan.append((part, tuple(Source(str(file.path), file.kind, file.reason, fid, copy and kept)
+                                 for file, fid, copy, _ in mine), shards[part][1] if kept else None))
+        replaced.setdefault(key, []).extend([shards[part]] if kept else [])
+    if plan and not split:
+        replaced[key] = [shards[k] for k in held]
+    return plan
 
 
 SHARD_FILE = re.compile(r"(load|features)-.*\.duckdb(\.tmp)?(\.wal)?")
@@ -250,11 +309,13 @@ def _next_build(con, db: Path) -> int:
     return store.next_build(con)
 
 
-def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[str, int]], report: Report) -> None:
-    """In one transaction: the manifest rows of a day's files, its new shard in the catalog in place of the old,
-    and the UTC days whose features read their rows marked; then the old shard's file goes."""
+def _switch(con, db: Path, parts: list[tuple[str, DayResult]], old: list, gone: list[tuple[str, int]],
+            report: Report) -> None:
+    """In one transaction: the manifest rows of a day's files, its new shards (a part each, under its key) in the
+    catalog in place of the `old` (build, file, lo, hi) they replace, and the UTC days whose features read their rows
+    marked; then the old shards' files go."""
     con.execute("begin")
-    read = [f for f in result.files if f.status != "copied"]
+    read = [f for _, result in parts for f in result.files if f.status != "copied"]
     _record(con, [(f.path, f.kind, f.file_id, f.rows, f.status, f.error) for f in read])
     for f in read:
         if f.status == "failed":
@@ -272,36 +333,41 @@ def _switch(con, db: Path, key: str, result: DayResult, old, gone: list[tuple[st
                     ["the file is gone from the dump; its rows were dropped", fid])
         log.info("%s: gone from the dump, rows dropped", path)
         report.removed += 1
-    if old:
-        con.execute("delete from shards where build = ?", [old[0]])
-    out = Path(result.out)
-    if result.files:
-        con.execute("insert into shards values (?, 'load', ?, ?, ?, ?, false, ?)",
-                    [int(out.suffixes[-2][1:]), key, out.name, result.lo, result.hi, len(store.MIGRATIONS)])
-    for lo, hi in ((old[2], old[3]) if old else (None, None), (result.lo, result.hi)):
+    for build, *_ in old:
+        con.execute("delete from shards where build = ?", [build])
+    for key, result in parts:
+        out = Path(result.out)
+        if result.files:
+            con.execute("insert into shards values (?, 'load', ?, ?, ?, ?, false, ?)",
+                        [int(out.suffixes[-2][1:]), key, out.name, result.lo, result.hi, len(store.MIGRATIONS)])
+    for lo, hi in [(lo, hi) for _, _, lo, hi in old] + [(r.lo, r.hi) for _, r in parts]:
         if lo is not None:
             con.execute("insert or ignore into dirty_days select unnest(range(?::date, ?::date + 1, interval 1 day))",
                         [lo - store.REACH, hi + store.REACH])
     store.publish(con)
     con.execute("commit")
-    if old:
-        (store.shard_dir(db) / old[1]).unlink(missing_ok=True)
-    if not result.files:  # every file of the day is gone
-        out.unlink(missing_ok=True)
+    for _, file, _, _ in old:
+        (store.shard_dir(db) / file).unlink(missing_ok=True)
+    for _, result in parts:
+        if not result.files:  # every file of the part is gone
+            Path(result.out).unlink(missing_ok=True)
 
 
 def mine_shards(con, db: Path) -> None:
-    """Give the masked log lines of every shard not yet mined their templates: shard by shard in the order of
-    their days, each text in the order it first appears, so that template ids do not depend on which day a
-    worker finished first."""
+    """Give the masked log lines of every shard not yet mined their templates: day by day (a day's parts together),
+    each text in the order it first appears, so that template ids depend neither on which day a worker finished
+    first nor on the parts a day was loaded in."""
     store.open_shards(con, db)
-    for build, in con.execute("select build from shards where kind = 'load' and not mined order by key").fetchall():
-        new = [t for t, in con.execute(f"""select masked from shard_{build}.log_lines
+    unmined = con.execute("select key, build from shards where kind = 'load' and not mined order by key").fetchall()
+    for _, shards in groupby(unmined, key=lambda row: _day_key(row[0])):
+        builds = [build for _, build in shards]
+        lines = " union all ".join(f"select masked, ts from shard_{build}.log_lines" for build in builds)
+        new = [t for t, in con.execute(f"""select masked from ({lines})
                                             where masked not in (select masked from log_masked)
                                             group by masked order by min(ts), masked""").fetchall()]
         con.execute("begin")
         mine_new(con, new)
-        con.execute("update shards set mined = true where build = ?", [build])
+        con.execute("update shards set mined = true where list_contains(?, build)", [builds])
         con.execute("commit")
 
 

@@ -139,8 +139,8 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
 @reports_errors
 def etl(dump, db, fmt, workers, scheduler):
     """Load a telemetry dump into the feature store, incrementally (unchanged files are skipped), and refresh
-    the features of the days it changed. Each day of the dump is a task that writes a shard of its own beside
-    the store (STORE.shards/).
+    the features of the days it changed. Each day of the dump (each part of a day of 128 MB or more) is a task
+    that writes a shard of its own beside the store (STORE.shards/).
 
     Exit status 2 when some files failed (they are listed, and recorded in the manifest).
 

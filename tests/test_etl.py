@@ -450,3 +450,50 @@ def test_a_task_s_duckdb_holds_at_most_its_share_of_memory_and_spills_the_rest(t
     with store.write_shard(tmp_path / "x.duckdb") as con:
         (limit,), = con.execute("select current_setting('memory_limit')").fetchall()
     assert limit == f"{TASK_MEMORY / 2**30:.1f} GiB"
+
+
+def _tables(db: Path) -> dict[str, list]:
+    """Every table a reader sees (the shards' through the catalog's views), its rows sorted: what a store holds,
+    whatever shards hold it."""
+    con = store.connect(db, read_only=True)
+    try:
+        names = [*store.LOADED, *store.FEATURES, "log_templates", "log_masked"]
+        tables = {t: sorted(map(str, con.execute(f"select * from {t}").fetchall())) for t in names}
+        tables["manifest"] = sorted(con.execute("select path, kind, rows, status from manifest").fetchall())
+        return tables
+    finally:
+        con.close()
+
+
+def test_a_day_loaded_in_parts_holds_what_one_task_does_and_each_part_rebuilds_alone(replay, replay_store, tmp_path,
+                                                                                      monkeypatch):
+    """A day of many bytes loads in parts, tasks a worker each, with the tables of one task's load (file ids and
+    template ids too); a day split otherwise (its bytes grew past another part) is rebuilt whole, its old parts gone;
+    a part's shard lost loads its own files again, and no other's."""
+    whole, _ = replay_store
+    db = tmp_path / "parts.duckdb"
+    monkeypatch.setattr(loader, "PART_BYTES", 2**20)  # the replay's day: a few megabytes
+    report = nightly(replay, db)
+    con = store.connect(db, read_only=True)
+    keys = [k for k, in con.execute("select key from shards where kind = 'load' order by key").fetchall()]
+    con.close()
+    assert len(keys) >= 3 and all("of" in k for k in keys) and not report.failed
+    assert _tables(db) == _tables(whole)
+
+    monkeypatch.setattr(loader, "PART_BYTES", 2**19)  # another split: every part rebuilt, the old ones gone
+    assert len(nightly(replay, db).loaded) == len(report.loaded)
+    con = store.connect(db, read_only=True)
+    again = {k for k, in con.execute("select key from shards where kind = 'load'").fetchall()}
+    files = {f for f, in con.execute("select file from shards").fetchall()}
+    con.close()
+    assert not again & set(keys) and {p.name for p in store.shard_dir(db).glob("*.duckdb")} == files
+    assert _tables(db) == _tables(whole)
+    assert nightly(replay, db).loaded == []  # as it is: nothing to do
+
+    lost = sorted(again)[1]
+    (store.shard_dir(db) / next(f for f in files if f.startswith(f"load-{lost}."))).unlink()
+    mended = nightly(replay, db)
+    parts = int(lost.rsplit("of", 1)[1])
+    assert mended.mended and mended.loaded and all(
+        f"{loader._part(path, parts)}of{parts}" == lost.rsplit("-", 1)[1] for path in mended.loaded)
+    assert _tables(db) == _tables(whole)
