@@ -169,7 +169,8 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
              seed: int = 5, progress=lambda what: None) -> dict:
     """Systems of `sizes` pods (services of `replicas` pods): for each, `cases` random faults simulated (their hours
     and the one before each, OTLP) and loaded, each step in a process of its own (seconds, peak memory), beside the
-    floor (DuckDB reading the same files into a store). On the widest, each fault ranked, and detect over the store:
+    floor (DuckDB reading the same files into a store). On the widest, the etl on 1 and 2 Dask workers, each fault
+    ranked, and detect over the store:
     is each fault's window an incident, named right?"""
     from features import detect
     from features.bench import floor, hit, names
@@ -203,6 +204,12 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
             con.close()
         widest = out["sizes"][-1]
         out |= {"services": widest["services"], "pods": widest["pods"]}
+        for n in (1, 2):  # the widest day on local Dask clusters: its parts are tasks the workers share
+            progress(f"wide: etl on {n} worker{'s' * (n > 1)}")
+            out[f"etl s, {n} worker{'s' * (n > 1)}"], _ = _measured(
+                [sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / f"workers-{n}.duckdb"),
+                 "--workers", str(n)])
+        out["speed-up of 2 workers"] = round(out["etl s, 1 worker"] / out["etl s, 2 workers"], 2)
         truth = [json.loads(line) for line in (tmp / "dump" / "groundtruth.jsonl").read_text().splitlines()]
         questions = load_questions(tmp / "dump" / "input.json")
         con = store.connect(tmp / "store.duckdb", read_only=True)
