@@ -236,6 +236,7 @@ def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -
             gone.setdefault(f"{day_of(dump, Path(path))}-{tag}", []).append((path, fid))
     todo = []  # (the day's key, the part's, its task)
     replaced: dict[str, list] = {}  # the day's shards its new parts replace
+    waiting: dict[str, int] = {}  # the day's parts to load
     next_id = con.execute("select coalesce(max(file_id), 0) + 1 from manifest").fetchall()[0][0]
     build = _next_build(con, db)
     for key in sorted(set(days) | set(gone)):
@@ -246,10 +247,11 @@ def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -
             else:
                 fid, next_id = next_id, next_id + 1
             entries.append((file, fid, copy, size))
-        for part, sources, previous in _plan(key, entries, gone.get(key, []), shards, replaced):
+        plan, replaced[key] = _plan(key, entries, gone.get(key, []), shards)
+        waiting[key] = len(plan)
+        for part, sources, previous in plan:
             todo.append((key, part, Day(adapter.NAME, sources, previous and str(store.shard_dir(db) / previous),
                                         str(store.shard_dir(db) / f"load-{part}.{build + len(todo)}.duckdb"))))
-    waiting = {key: sum(k == key for k, _, _ in todo) for key, _, _ in todo}
     results: dict[str, list] = {}
     done = 0
     try:
@@ -260,7 +262,7 @@ def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -
                 continue
             if progress:
                 progress(done, f"day {key.rsplit('-', 1)[0]} of the dump")
-            _switch(con, db, results.pop(key), replaced.get(key, []), gone.get(key, []), report)
+            _switch(con, db, results.pop(key), replaced[key], gone.get(key, []), report)
             done += 1
     except StoreError as e:
         raise StoreError(f"{e}; the {done} days loaded before it are kept; run the same command again once that is "
@@ -269,28 +271,29 @@ def _run(con, db: Path, adapter, dump: Path, progress, client, report: Report) -
     con.execute("delete from dirty_days where day not between ? and ?", [FIRST_DAY, last_day()])  # none can load
 
 
-def _plan(key: str, entries: list, gone: list[tuple[str, int]], shards: dict, replaced: dict[str, list]) -> list:
-    """The parts of a day to load: (part key, its files, the file of its previous shard to copy from). Where the
-    day's shards are parts of its split, each part is loaded alone where a file of it is new, changed or gone, the
-    others kept; where they are not (its bytes grew past another part), every part, in place of them all.
-    `replaced` learns the shards (build, file, lo, hi) the day's new parts replace."""
+def _plan(key: str, entries: list, gone: list[tuple[str, int]], shards: dict) -> tuple[list, list]:
+    """The parts of a day to load, (part key, its files, the file of its previous shard to copy from), and the
+    shards (build, file, lo, hi) they replace. Where the day's shards are parts of its split, each part is loaded
+    alone where a file of it is new, changed or gone, the others kept; where they are not (its bytes grew past
+    another part), every part, in place of them all."""
     parts = _parts(sum(size for *_, size in entries))
+    mine, lost = [[] for _ in range(parts)], [set() for _ in range(parts)]
+    for entry in entries:
+        mine[_part(str(entry[0].path), parts)].append(entry)
+    for path, _ in gone:
+        lost[_part(path, parts)].add(path)
     keys = [_parted(key, i, parts) for i in range(parts)]
     held = [k for k in shards if _day_key(k) == key]
     split = set(held) <= set(keys)
-    plan = []
-    for i, part in enumerate(keys):
-        mine = [e for e in entries if _part(str(e[0].path), parts) == i]
-        lost = [g for g in gone if _part(g[0], parts) == i]
+    plan, replaced = [], []
+    for part, files, dropped in zip(keys, mine, lost):
         kept = split and part in shards
-        if split and (kept and all(copy for _, _, copy, _ in mine) and not lost or not (mine or kept)):
+        if split and (kept and all(copy for _, _, copy, _ in files) and not dropped or not (files or kept)):
             continue  # as it is, or nothing to load or drop
         plan.append((part, tuple(Source(str(file.path), file.kind, file.reason, fid, copy and kept)
-                                 for file, fid, copy, _ in mine), shards[part][1] if kept else None))
-        replaced.setdefault(key, []).extend([shards[part]] if kept else [])
-    if plan and not split:
-        replaced[key] = [shards[k] for k in held]
-    return plan
+                                 for file, fid, copy, _ in files), shards[part][1] if kept else None))
+        replaced += [shards[part]] if kept else []
+    return plan, replaced if split or not plan else [shards[k] for k in held]
 
 
 SHARD_FILE = re.compile(r"(load|features)-.*\.duckdb(\.tmp)?(\.wal)?")

@@ -304,8 +304,9 @@ def systems_table(result: dict) -> Table:
         weak = ", ".join(f"{fault} {t['top1']:.1f}" for fault, t in r["per_type"].items() if t["top1"] < 1)
         table.add_row(cell(name), str(r["components"]), str(r["pods"]), str(r["cases"]), f"{r['top1']:.3f}",
                       f"{r['top3']:.3f}", f"{r['top1_exact']:.3f}", cell(weak))
-    cases = sum(r["cases"] for r in result.values()) or 1
-    pooled = {k: sum(r[k] * r["cases"] for r in result.values()) / cases for k in ("top1", "top3", "top1_exact")}
+    cases = sum(r["cases"] for r in result.values())
+    pooled = {k: sum(r[k] * r["cases"] for r in result.values()) / max(cases, 1)
+              for k in ("top1", "top3", "top1_exact")}
     table.add_row("[bold]all[/]", "", "", str(cases), *(f"[bold]{pooled[k]:.3f}[/]" for k in pooled), "",
                   end_section=True)
     return table

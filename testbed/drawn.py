@@ -152,7 +152,7 @@ def _faults(description: dict) -> dict[str, list[str]]:
     specs = sorted({c["kind"] for c in description["components"].values()} |
                    {f"service:{c['language']}" for c in description["components"].values() if c["kind"] == "service"})
     out: dict[str, list[str]] = {}
-    for name in sorted(n for n, f in FAULTS.items() if f.category != "kubernetes"):
+    for name in sorted(n for n, f in FAULTS.items() if not f.cluster):
         kinds = [s for s in ("link", "node") if applies(name, s, system) is None]
         kinds += [s for s in specs if ":" not in s and applies(name, s, system) is None]
         if not kinds:  # a fault for services of some languages only (on a JVM)

@@ -30,7 +30,7 @@ __all__ = ["CLUSTER", "FAULTS", "OPENING", "Fault", "Target", "applies", "busies
 LIBRARY = (pods, jvm, network, code, datastores, load, nodes, kubernetes)  # the modules whose entries FAULTS holds, as imported
 # The cluster's own faults act on any system's services, as every system here runs on Kubernetes: a schedule may name
 # them where its description does not. Their evidence is the cluster's state (`simulate --cluster-state`).
-CLUSTER = tuple(sorted(name for name, f in FAULTS.items() if f.category == "kubernetes"))
+CLUSTER = tuple(sorted(name for name, f in FAULTS.items() if f.cluster))
 
 
 def check(system: System) -> System:

@@ -71,14 +71,19 @@ class Fault:
     # datastore other than TiDB): a fault on a datastore's own series names them by what they are, not by TiDB's.
     own_roles: tuple[str, ...] = ()
 
+    @property
+    def cluster(self) -> bool:
+        """A fault of the cluster's own making: it acts on any system's workloads (a spec is a workload's, never one
+        pod's), where the system's description names none."""
+        return self.category == "kubernetes"
+
     def candidates(self, topo: Topology) -> list[Target]:
         """Every target this fault type can hit in the topology, as its system's description says."""
         system = topo.system
         if self.target:
             return [Target("service", tuple(topo.pods_of(self.target)))]
         out = []
-        # the cluster's own faults act on any system's services, where its description names none
-        for spec in system.faults.get(self.name, ("service",) if self.category == "kubernetes" else ()):
+        for spec in system.faults.get(self.name, ("service",) if self.cluster else ()):
             if spec == "node":
                 out += [Target("node", tuple(topo.pods_on(n)), node=n) for n in system.workers]
             elif spec == "link":
@@ -87,7 +92,7 @@ class Fault:
                 comps = [c.name for c in system.components.values() if matches(c, spec) and can(self, c)]
                 out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
                 # a network fault acts on a service's links, and the cluster's on a workload's spec: not on one pod
-                if "link" not in self.acts_on and self.category != "kubernetes":
+                if "link" not in self.acts_on and not self.cluster:
                     out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
                             for p in topo.pods_of(c)]
         return out
