@@ -98,24 +98,39 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
 SYSTEM_CASES = 5  # bench systems: cases of every fault type a drawn system applies
 
 
+def code() -> str:
+    """A fingerprint of the code a result depends on (the stages' packages and their data): a saved result is
+    reused only by the same code."""
+    import hashlib
+    import importlib.util
+
+    digest = hashlib.sha1()
+    for package in ("etl", "features", "testbed", "judge", "reasoner"):
+        root = Path(importlib.util.find_spec(package).origin).parent
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(f"{package}/{path.relative_to(root)}\0".encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
     """`bench rank` on systems nobody here chose: `random` descriptions drawn from the schema's space (seeds
     1000 x SEED + k, saved beside the results), a random schedule of each, SYSTEM_CASES cases of every fault type.
-    Each system's result is saved as it ends, so a rerun of an interrupted run measures only the systems it lacks."""
+    Each system's result is saved as it ends, so a rerun of an interrupted run, by the same code at the same scale,
+    measures only the systems it lacks."""
     from features.bench import REPLAY_SCALE, ranking, run
     from testbed.drawn import draw
     from testbed.system import dump, load
 
     folder = settings.out / "systems"
     folder.mkdir(parents=True, exist_ok=True)
-    scale = settings.scale or REPLAY_SCALE
+    scale, version = settings.scale or REPLAY_SCALE, code()
     result = {}
     for seed in range(1000 * settings.seed, 1000 * settings.seed + settings.random):
         path, saved = folder / f"drawn-{seed}.yaml", folder / f"drawn-{seed}.json"
         text = dump(draw(seed))
         if path.is_file() and path.read_text() == text and saved.is_file():
             kept = json.loads(saved.read_text())
-            if kept["scale"] == scale:
+            if (kept["scale"], kept.get("code")) == (scale, version):
                 result |= kept["result"]
                 continue
         path.write_text(text)
@@ -124,7 +139,7 @@ def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
                   progress=progress, measure=ranking)
         for r in one.values():
             r |= {"components": len(system.components), "pods": sum(c.replicas for c in system.components.values())}
-        saved.write_text(json.dumps({"scale": scale, "result": one}, indent=2) + "\n")
+        saved.write_text(json.dumps({"scale": scale, "code": version, "result": one}, indent=2) + "\n")
         result |= one
     return result, [systems_table(result), baselines_table(result)]
 

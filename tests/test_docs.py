@@ -62,6 +62,7 @@ def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables
 
 def test_bench_systems_saves_each_system_as_it_ends_so_a_rerun_measures_only_those_it_lacks(tmp_path, monkeypatch):
     import features.bench
+    import rcalab.bench
     from rcalab.bench import Settings, measure
 
     ranked = []
@@ -80,3 +81,6 @@ def test_bench_systems_saves_each_system_as_it_ends_so_a_rerun_measures_only_tho
     again, _ = measure("systems", settings)
     assert ranked[2:] == ["drawn-3001 random"] and again == first
     assert tables[0].row_count == 3  # a row a system and all of them pooled
+    monkeypatch.setattr(rcalab.bench, "code", lambda: "changed")  # another code's results are not reused
+    measure("systems", settings)
+    assert ranked[3:] == ["drawn-3000 random", "drawn-3001 random"]
