@@ -80,13 +80,14 @@ def options(evidence: list[Item], level: str, limit: int = 2, found: list[Item] 
     said = next((i for i in [*evidence, *found] if i.kind == "state"), None)
     if said:
         evidence = [said, *(i for i in evidence if i is not said)]
-    # A process that was started again after its memory rose was killed for its memory (out of memory).
+    # A process that was started again after its memory rose was killed for its memory (out of memory), whether
+    # the telemetry shows it back or the cluster says OOMKilled: what filled the memory is the fault.
     grew = next((i for i in evidence
                  if i.signal == "memory" and i.kind in METRIC_KINDS and not i.fell and not i.echo), None)
     found: dict[str, Option] = {}
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
-        if item.back and grew:
+        if (item.back or kind == "oom_killed") and grew:
             kind, item = "memory stress", grew
         if kind not in found:
             found[kind] = Option(kind, item.key, item.text, DERIVED if item.signal == MISSING_CALLS else item.kind)

@@ -572,11 +572,12 @@ def test_the_llm_agent_asks_its_model_only_where_the_state_leaves_a_choice(tmp_p
 
 
 @pytest.mark.parametrize("fault, reason", [("pod kill", "Stopping container server"),
-                                           ("pod failure", "Container server definition changed")])
+                                           ("pod failure", "Container server definition changed"),
+                                           ("memory stress", "Started container server")])
 def test_a_pod_fault_leaves_what_kubernetes_writes_and_the_answer_it_had_without_the_state(tmp_path, fault, reason):
     """A killed pod's container restarts (Killing, a restart counted), a failed pod's is swapped for one that idles
-    (restarted for its changed definition, not ready while it idles): the state says what happened to the pod, and
-    the answer from the telemetry stands, as without the state."""
+    (restarted for its changed definition, not ready while it idles), a stressed pod's is OOM-killed at its peak:
+    the state says what happened to the pod, and the answer from the telemetry stands, as without the state."""
     import shutil
 
     from features.cases import load_questions
@@ -610,5 +611,7 @@ def test_a_pod_fault_leaves_what_kubernetes_writes_and_the_answer_it_had_without
             assert any(st["restartCount"] > 0 for st in shown)
             if fault == "pod failure":  # a kill's two minutes may fall between two pulls
                 assert any(not st["ready"] for st in shown)
+            if fault == "memory stress":
+                assert any(st.get("lastState", {}).get("terminated", {}).get("reason") == "OOMKilled" for st in shown)
         con.close()
     assert tops[0] == tops[1]

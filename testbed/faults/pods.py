@@ -34,7 +34,7 @@ def cpu_stress(day, target, sl, rng):
 def memory_stress(day, target, sl, rng):
     """A process in the pod allocates and holds memory (working set up, one more process); at the peak the
     container hits its limit and is OOM-killed: a minute with no process and refused connections, then a cold
-    start."""
+    start. Kubernetes counts the restart, its last state OOMKilled (exit 137), the pod not ready for that minute."""
     idx = indices(day, target.pods)
     day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += ramp(sl, rng, 1.2e9, 1.4e9)
     day.pod_kpi["pod_processes"][sl, idx] += 2
@@ -44,6 +44,10 @@ def memory_stress(day, target, sl, rng):
     cold_start(day, target.pods, oom.stop)
     burst(day, target.pods, oom, ("could not load the warm cache after an OOM restart, starting cold",), 2,
            "warning")
+    pods = tuple(target.pods)
+    day.cluster.append(Change(oom.start, oom.stop, pods, restarted(1, "OOMKilled", 137, ready=False),
+                              (("Normal", "Started", "Started container server"),)))
+    day.cluster.append(Change(oom.stop, MINUTES, pods, restarted(1, "OOMKilled", 137)))
 
 
 # --- pods ------------------------------------------------------------------------
