@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -70,23 +71,32 @@ def _lines(con: duckdb.DuckDBPyConnection, kind: str, query) -> list[str]:
     return [line for (line,) in con.execute(sql, query.params).fetchall()]
 
 
+def _write(target: Path, lines: list[str]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.GzipFile(target, "wb", compresslevel=1, mtime=0) as f:  # no time in the header: same seed, same bytes
+        f.write("".join(line + "\n" for line in lines).encode())
+
+
 def write_otlp(dump: Path, out: Path) -> int:
-    """Write `dump` (challenge layout) as OTLP/JSON files under `out`; returns how many."""
+    """Write `dump` (challenge layout) as OTLP/JSON files under `out`; returns how many. A file is compressed in a
+    thread of its own while DuckDB builds the next one's requests (both let go of Python's lock)."""
     out.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
-    written = 0
+    written, pending = 0, None
     try:
-        for file in challenge2025.discover(dump):
-            if file.kind not in FIELDS:
-                continue
-            lines = _lines(con, file.kind, challenge2025.query(con, file))
-            relative = file.path.relative_to(dump)
-            folder = Path(*(part.removesuffix("-parquet") for part in relative.parent.parts))
-            target = out / folder / (relative.stem + ".json.gz")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with gzip.GzipFile(target, "wb", compresslevel=1, mtime=0) as f:  # no time in the header: same seed, same bytes
-                f.write("".join(line + "\n" for line in lines).encode())
-            written += 1
+        with ThreadPoolExecutor(1) as pool:
+            for file in challenge2025.discover(dump):
+                if file.kind not in FIELDS:
+                    continue
+                lines = _lines(con, file.kind, challenge2025.query(con, file))
+                relative = file.path.relative_to(dump)
+                folder = Path(*(part.removesuffix("-parquet") for part in relative.parent.parts))
+                if pending:
+                    pending.result()  # one file held at a time besides the one being built
+                pending = pool.submit(_write, out / folder / (relative.stem + ".json.gz"), lines)
+                written += 1
+            if pending:
+                pending.result()
     finally:
         con.close()
     for label in ("groundtruth.jsonl", "input.json"):
