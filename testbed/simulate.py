@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -130,18 +131,32 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
         summary.metric_rows += table.num_rows
     if progress:
         progress(f"{date} metrics")
-    for hour in range(day.written.start // 60, day.written.stop // 60):
-        hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
-        traffic = simulate_hour(day, hour, scale, hour_rng)
-        logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow()
-        logs = logs.cast(pa.schema([(c, pa.string()) for c in logs.column_names]))
-        stem = f"{date}_{hour:02d}-00-00.parquet"
-        _save(traffic.spans, folder / "trace-parquet" / f"trace_jaeger-span_{stem}", summary)
-        _save(logs, folder / "log-parquet" / f"log_filebeat-server_{stem}", summary)
-        summary.spans += traffic.spans.num_rows
-        summary.log_lines += logs.num_rows
-        if progress:
-            progress(f"{date} {hour:02d}:00")
+    # An hour's files are written in a thread of their own while the next hour is simulated (pyarrow lets go of
+    # Python's lock): at most one hour waits to be written.
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        for hour in range(day.written.start // 60, day.written.stop // 60):
+            hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
+            traffic = simulate_hour(day, hour, scale, hour_rng)
+            logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow()
+            logs = logs.cast(pa.schema([(c, pa.string()) for c in logs.column_names]))
+            stem = f"{date}_{hour:02d}-00-00.parquet"
+            if pending:
+                pending.result()
+            pending = pool.submit(_save_hour, {
+                folder / "trace-parquet" / f"trace_jaeger-span_{stem}": traffic.spans,
+                folder / "log-parquet" / f"log_filebeat-server_{stem}": logs}, summary)
+            summary.spans += traffic.spans.num_rows
+            summary.log_lines += logs.num_rows
+            if progress:
+                progress(f"{date} {hour:02d}:00")
+        if pending:
+            pending.result()
+
+
+def _save_hour(tables: dict[Path, pa.Table], summary: Summary) -> None:
+    for path, table in tables.items():
+        _save(table, path, summary)
 
 
 def _save(table: pa.Table, path: Path, summary: Summary) -> None:
