@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,7 +18,7 @@ import pyarrow as pa
 from etl import store
 from etl.loader import Report, run_etl
 from rcalab.errors import StoreError
-from rcalab.tasks import run_tasks
+from rcalab.tasks import Behind, run_tasks
 
 from . import metric_series
 from .anomaly import WINDOW, refresh_edge_anomaly, refresh_metric_anomaly
@@ -141,16 +140,10 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
     it). At most two batches are held at once."""
     start = dt.datetime.combine(day, dt.time())
     end = start + dt.timedelta(days=1)
-    spare = store.threads(con) > 1
-    found, pending = [], []
-    with ThreadPoolExecutor(1) as pool:
+    with Behind(inline=store.threads(con) == 1) as finder:
         def batches():
             for batch in metric_series(con, start - dt.timedelta(minutes=WINDOW), end):
-                found.extend(f.result() for f in pending)  # the batch before is done with
-                if spare:
-                    pending[:] = [pool.submit(find_changepoints, batch, day)]
-                else:
-                    found.append(find_changepoints(batch, day))
+                finder.put(find_changepoints, batch, day)
                 yield batch
 
         counts = {
@@ -161,6 +154,6 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> dict[str, int]:
             "event_pair_minute": refresh_event_pairs(con, start, end),
         }
         counts["trace_edge_anomaly"] = refresh_edge_anomaly(con, start, end)
-        found.extend(f.result() for f in pending)
-        counts["changepoints"] = write_changepoints(con, day, found)
+        finder.wait()
+        counts["changepoints"] = write_changepoints(con, day, finder.results)
     return counts

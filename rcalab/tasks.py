@@ -1,9 +1,11 @@
 """Units of work (a day to load, a day's features, a day to scan) run one after another in this process, or as
 tasks on a Dask cluster: the field's engine for Python work past one machine. A task whose worker dies is run
-again by the scheduler on another; every wait for one is bounded."""
+again by the scheduler on another; every wait for one is bounded. Within a unit, `Behind` runs a piece of work (a file to
+write) in a thread of its own while the next piece is made."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TypeVar
 
@@ -14,6 +16,41 @@ R = TypeVar("R")
 
 TASK_SECONDS = 1800.0  # a day's task takes seconds to a few minutes here; past this it is stuck
 TASK_MEMORY = 3 * 2**30  # a task's DuckDB outside a Dask worker: with its Python's batches, a step within 4 GB
+
+
+class Behind:
+    """Work done one piece at a time in a thread of its own while the caller makes the next piece (for work that lets
+    go of Python's lock: writing a file, a query): `put` waits for the piece before, keeping its result in `results`
+    or raising its error, and starts this one; leaving the block waits for the last. At most one piece waits. With
+    `inline`, each piece runs at once in the caller's thread (a task kept to one thread)."""
+
+    def __init__(self, inline: bool = False):
+        self.results: list = []
+        self._pool = None if inline else ThreadPoolExecutor(1)
+        self._pending: Future | None = None
+
+    def put(self, fn: Callable[..., R], *args) -> None:
+        self.wait()
+        if self._pool is None:
+            self.results.append(fn(*args))
+        else:
+            self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.results.append(pending.result())
+
+    def __enter__(self) -> "Behind":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        try:
+            if kind is None:
+                self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker():

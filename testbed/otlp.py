@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import gzip
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
 
 from etl.adapters import challenge2025
+from rcalab.tasks import Behind
 
 FIELDS = {"trace": "resourceSpans", "log": "resourceLogs", "metric": "resourceMetrics"}
 
@@ -82,21 +82,17 @@ def write_otlp(dump: Path, out: Path) -> int:
     thread of its own while DuckDB builds the next one's requests (both let go of Python's lock)."""
     out.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
-    written, pending = 0, None
+    written = 0
     try:
-        with ThreadPoolExecutor(1) as pool:
+        with Behind() as writer:
             for file in challenge2025.discover(dump):
                 if file.kind not in FIELDS:
                     continue
                 lines = _lines(con, file.kind, challenge2025.query(con, file))
                 relative = file.path.relative_to(dump)
                 folder = Path(*(part.removesuffix("-parquet") for part in relative.parent.parts))
-                if pending:
-                    pending.result()  # one file held at a time besides the one being built
-                pending = pool.submit(_write, out / folder / (relative.stem + ".json.gz"), lines)
+                writer.put(_write, out / folder / (relative.stem + ".json.gz"), lines)
                 written += 1
-            if pending:
-                pending.result()
     finally:
         con.close()
     for label in ("groundtruth.jsonl", "input.json"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rcalab.errors import OutputError, RcalabError
+from rcalab.tasks import Behind
 
 from .cluster import write_cluster
 from .logs import hour_logs
@@ -133,25 +133,20 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
         progress(f"{date} metrics")
     # An hour's files are written in a thread of their own while the next hour is simulated (pyarrow lets go of
     # Python's lock): at most one hour waits to be written.
-    with ThreadPoolExecutor(1) as pool:
-        pending = None
+    with Behind() as writer:
         for hour in range(day.written.start // 60, day.written.stop // 60):
             hour_rng = np.random.default_rng([seed, day.date.toordinal(), 7, hour])
             traffic = simulate_hour(day, hour, scale, hour_rng)
             logs = hour_logs(day, hour, traffic, hour_rng, untraced, entry_err).to_arrow()
             logs = logs.cast(pa.schema([(c, pa.string()) for c in logs.column_names]))
             stem = f"{date}_{hour:02d}-00-00.parquet"
-            if pending:
-                pending.result()
-            pending = pool.submit(_save_hour, {
+            writer.put(_save_hour, {
                 folder / "trace-parquet" / f"trace_jaeger-span_{stem}": traffic.spans,
                 folder / "log-parquet" / f"log_filebeat-server_{stem}": logs}, summary)
             summary.spans += traffic.spans.num_rows
             summary.log_lines += logs.num_rows
             if progress:
                 progress(f"{date} {hour:02d}:00")
-        if pending:
-            pending.result()
 
 
 def _save_hour(tables: dict[Path, pa.Table], summary: Summary) -> None:
