@@ -17,17 +17,20 @@ SERIES_POINTS = 2_000_000  # about how many points a batch of `metric_series` ho
 # batches at once, not the day (a day of 10,000 pods holds hundreds of millions of points)
 
 
-def metric_series(con: duckdb.DuckDBPyConnection, lo, hi) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: int = 1
+                  ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     """The metric series of [lo, hi), in batches of whole series of about `SERIES_POINTS` points: the series (`sid`,
     source, component, service, metric), and their points, a value a minute (`sid`, ts, value) ordered by series and
     time. `sid` numbers the series in the order of their names, over all batches. A series' names are not repeated on
-    each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold)."""
+    each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold).
+    With `parts`, only the series of one `part` (a hash of its names), so that tasks may share a day's series."""
     con.execute("""
         create or replace temp table series_names as
         select *, (sum(n) over (order by sid) - n) // $points as batch from (
             select row_number() over (order by source, component, metric) as sid, *
             from (select source, component, metric, any_value(service) as service, count(*) as n from metric_points
-                  where ts >= $lo and ts < $hi group by all))""", {"lo": lo, "hi": hi, "points": SERIES_POINTS})
+                  where ts >= $lo and ts < $hi and hash(source, component, metric) % $parts = $part group by all))""",
+                {"lo": lo, "hi": hi, "points": SERIES_POINTS, "part": part, "parts": parts})
     try:
         con.execute("""
             create or replace temp table series_points as

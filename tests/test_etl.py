@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from conftest import SHARED, copy_store
 from etl import loader, store
+from features import refresh
 from features.refresh import nightly
 from rcalab.cli import cli
 from rcalab.errors import StoreError
@@ -463,6 +464,53 @@ def _tables(db: Path) -> dict[str, list]:
         return tables
     finally:
         con.close()
+
+
+def _feature_shards(db: Path) -> dict[str, str]:
+    con = store.connect(db, read_only=True)
+    try:
+        return dict(con.execute("select key, file from shards where kind = 'features'").fetchall())
+    finally:
+        con.close()
+
+
+def _dirty(db: Path) -> None:
+    con = store.connect(db)
+    con.execute("insert or ignore into dirty_days select distinct lo::date from shards where kind = 'features'")
+    con.close()
+
+
+def test_a_day_s_features_in_parts_hold_what_one_task_does_and_take_the_day_s_place_together(
+        replay, replay_store, tmp_path, monkeypatch):
+    """A day of many series computes its features in parts (tasks a worker each: a hash of the series' names each,
+    the first also the tables not of series), with the tables of one task's. Refreshed in another split, the new
+    parts replace the old together; a part that fails leaves the day's old shards and the day marked (issue 73)."""
+    whole, _ = replay_store
+    db = tmp_path / "parts.duckdb"
+    monkeypatch.setattr(refresh, "PART_SERIES", 200)  # the replay's day: about a thousand series
+    assert not nightly(replay, db).failed
+    first = _feature_shards(db)
+    assert len(first) >= 3 and all("of" in k for k in first)
+    assert _tables(db) == _tables(whole)
+
+    monkeypatch.setattr(refresh, "PART_SERIES", 10**9)  # one task again: the parts go
+    _dirty(db)
+    nightly(replay, db)
+    again = _feature_shards(db)
+    assert len(again) == len({k[:10] for k in first}) and not set(again.values()) & set(first.values())
+    assert {p.name for p in store.shard_dir(db).glob("features-*.duckdb")} == set(again.values())
+    assert _tables(db) == _tables(whole)
+
+    real = refresh.feature_day
+    monkeypatch.setattr(refresh, "PART_SERIES", 200)
+    monkeypatch.setattr(refresh, "feature_day", lambda task: "broken" if task.part == 1 else real(task))
+    _dirty(db)
+    report = nightly(replay, db)
+    assert report.failed and _feature_shards(db) == again
+    assert {p.name for p in store.shard_dir(db).glob("features-*.duckdb")} == set(again.values())
+    con = store.connect(db, read_only=True)
+    assert con.execute("select count(*) from dirty_days").fetchone()[0] >= 1
+    con.close()
 
 
 def test_a_day_loaded_in_parts_holds_what_one_task_does_and_each_part_rebuilds_alone(replay, replay_store, tmp_path,
