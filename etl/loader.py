@@ -166,7 +166,7 @@ def mend(con, db: Path) -> list[str]:
 
 def _tag(dump: Path) -> str:
     """What keeps the days of different dumps in one store apart (a load shard's key is its day and this, and
-    which part of how many it is where its day is loaded in parts: `_parted`)."""
+    which part of how many it is where its day is loaded in parts: `parted`)."""
     return hashlib.sha1(str(dump).encode()).hexdigest()[:8]
 
 
@@ -187,7 +187,8 @@ def _part(path: str, parts: int) -> int:
     return int.from_bytes(hashlib.sha1(path.encode()).digest()[:4], "big") % parts
 
 
-def _parted(key: str, part: int, parts: int) -> str:
+def parted(key: str, part: int, parts: int) -> str:
+    """A shard's key where its day is built in parts (a load's, a day's features): which part of how many."""
     return key if parts == 1 else f"{key}-{part}of{parts}"
 
 
@@ -282,7 +283,7 @@ def _plan(key: str, entries: list, gone: list[tuple[str, int]], shards: dict) ->
         mine[_part(str(entry[0].path), parts)].append(entry)
     for path, _ in gone:
         lost[_part(path, parts)].add(path)
-    keys = [_parted(key, i, parts) for i in range(parts)]
+    keys = [parted(key, i, parts) for i in range(parts)]
     held = [k for k in shards if _day_key(k) == key]
     split = set(held) <= set(keys)
     plan, replaced = [], []

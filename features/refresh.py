@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from etl import store
-from etl.loader import Report, run_etl
+from etl.loader import Report, parted, run_etl
 from rcalab.errors import StoreError
 from rcalab.tasks import Behind, run_tasks
 
@@ -60,7 +60,7 @@ class FeatureDay:
 
     @property
     def key(self) -> str:
-        return str(self.day) if self.parts == 1 else f"{self.day}-{self.part}of{self.parts}"
+        return parted(str(self.day), self.part, self.parts)
 
 
 def _parts(con: duckdb.DuckDBPyConnection, day: dt.date) -> int:
@@ -80,9 +80,9 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
     started = time.perf_counter()
     folder = store.shard_dir(db)
     loads = con.execute("select file, lo, hi, step from shards where kind = 'load' and lo is not null").fetchall()
-    old: dict[str, list[int]] = defaultdict(list)
-    for key, built in con.execute("select key, build from shards where kind = 'features'").fetchall():
-        old[key[:10]].append(built)  # the day's, its part left off
+    old: dict[dt.date, list[int]] = defaultdict(list)  # each day's features shards, one or its parts
+    for day, built in con.execute("select lo::date, build from shards where kind = 'features'").fetchall():
+        old[day].append(built)
     masked = con.sql("select masked, template_id from log_masked").to_arrow_table()
     build = store.next_build(con)
     todo, empty = [], []
@@ -97,7 +97,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
         todo += [FeatureDay(day, reads, masked, str(folder / f"features-{day}.{build + len(todo) + i}.duckdb"), i, parts)
                  for i in range(parts)]
     for day in empty:  # no rows left near it: its features go
-        _switch(con, db, day, [], old[str(day)])
+        _switch(con, db, day, [], old[day])
     done: dict[dt.date, list[FeatureDay]] = defaultdict(list)
     failed: set[dt.date] = set()
     try:
@@ -118,7 +118,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
                 for part in done.pop(task.day, []):
                     Path(part.out).unlink(missing_ok=True)
             elif len(done[task.day]) == task.parts:
-                _switch(con, db, task.day, done.pop(task.day), old[str(task.day)])
+                _switch(con, db, task.day, done.pop(task.day), old[task.day])
     except StoreError as e:
         raise StoreError(f"{e}; the days refreshed before are kept; run the same command again once that is "
                          "mended") from None
@@ -158,9 +158,10 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
             con.register("log_masked", task.masked)
             store.shard_views(con, aliases, {})
             # The first hour's baseline of trace edges is the hour before the day: computed again from the rows
-            # here (as the previous day's shard holds it), and not kept.
+            # here (as the previous day's shard holds it), and not kept; by the part that computes the trace edges.
             start = dt.datetime.combine(task.day, dt.time())
-            refresh_trace_edges(con, start - dt.timedelta(minutes=WINDOW), start)
+            if task.part == 0:
+                refresh_trace_edges(con, start - dt.timedelta(minutes=WINDOW), start)
             counts = refresh_day(con, task.day, task.part, task.parts)
             con.execute("delete from trace_edge_minute where minute < ?", [start])
     except duckdb.InterruptException:
@@ -195,4 +196,3 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date, part: int = 0, par
         finder.wait()
         counts["changepoints"] = write_changepoints(con, day, finder.results)
     return counts
-
