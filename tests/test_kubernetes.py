@@ -144,6 +144,8 @@ EXPECTED = {  # a case of each stage of a pod's life: its label, and the words t
     "service/1": ("Service_Routing_Fault", "app/cartservice", "service_env_var_address_mismatch"),
     "infrastructure/1": ("Infrastructure_Fault", "node/worker-01", "containerd_unavailable"),
     "infrastructure/45": ("Infrastructure_Fault", "node/worker-01", "node_network_packet_loss"),  # by its alerts
+    "infrastructure/41": ("Infrastructure_Fault", "node/worker-02", "node_network_delay"),  # its slow callees
+    "infrastructure/42": ("Infrastructure_Fault", "node/worker-02", "node_network_delay"),  # retransmits, rates fell
     "performance/1": ("Performance_Fault", "app/adservice", "pod_cpu_overload"),
     "performance/12": ("Performance_Fault", "app/adservice", "pod_network_delay"),
 }

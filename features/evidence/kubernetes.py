@@ -20,6 +20,7 @@ import difflib
 import json
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from . import BASELINE, Item, flat
@@ -732,26 +733,52 @@ def _current(message: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def _callees(s: Snapshot) -> dict[str, set[str]]:
+    """Whom each workload calls: the services its containers are given the address of."""
+    return {name: {host for c in d["spec"].get("template", {}).get("spec", {}).get("containers", [])
+                   for _, host, _ in _addresses(c.get("env", []))}
+            for name, d in s.of("Deployment").items()}
+
+
 def _performance(s: Snapshot):
-    """Where the state holds no cause, the alerts firing: a service saturating its CPU; a node whose TCP segments
-    are retransmitted (lost: packet loss; a retransmission is how TCP says a segment was lost, a delay alone
-    retransmits little); a service whose own traffic and latency moved the most (its network delayed)."""
+    """Where the state holds no cause, the alerts firing: a service saturating its CPU; a network fault where the
+    slowness starts. A service is slow of its own where none of the services it calls is slow too (a caller waits
+    on its callee). Slow services of their own on one node share its network: the node's, unless one alone is. A
+    node whose TCP segments are retransmitted has a network fault: a loss, retransmitted, grows the latency's tail
+    while the rates hold; a delay holds every exchange, so the callers' rates fall (more services send less than
+    are slow)."""
     services, nodes = s.alerts("Service"), s.alerts("Node")
     for name, alerts in services.items():
         cpu = [a for a in alerts if a["reason"].startswith("RESOURCE_SATURATION [cpu")]
         if cpu:
             yield Finding(f"app/{name}", "pod_cpu_overload", [a["message"] for a in cpu], 4)
+    slow = {name: max(_rise(a["message"]) for a in alerts if a["reason"].startswith("LATENCY"))
+            for name, alerts in services.items() if any(a["reason"].startswith("LATENCY") for a in alerts)}
+    calls = _callees(s)
+    own = {name: rise for name, rise in slow.items() if not calls.get(name, set()) & slow.keys()}
+    fell = [name for name, alerts in services.items()
+            if any(a["reason"].startswith(("THROUGHPUT_DROP", "TRAFFIC_ANOMALY [Network Drop")) for a in alerts)]
     retrans = {name: max(_current(a["message"]) for a in alerts) for name, alerts in nodes.items()
                if any("Retransmission" in a["reason"] for a in alerts)}
     if retrans:
         node = max(retrans, key=retrans.get)
         words = [a["message"] for a in nodes[node] if "Retransmission" in a["reason"]]
-        yield Finding(f"node/{node}", "node_network_packet_loss", words, 3.9)
-        yield Finding(f"node/{node}", "node_network_delay", words, 3.8)
-    moved = {name: max(_rise(a["message"]) for a in alerts if a["reason"].startswith("LATENCY"))
-             for name, alerts in services.items()
-             if any(a["reason"].startswith("TRAFFIC_ANOMALY") for a in alerts)
-             and any(a["reason"].startswith("LATENCY") for a in alerts)}
+        first, second = ("node_network_delay", "node_network_packet_loss") if len(fell) > len(slow) else \
+            ("node_network_packet_loss", "node_network_delay")
+        yield Finding(f"node/{node}", first, words, 3.9)
+        yield Finding(f"node/{node}", second, words, 3.8)
+    else:
+        hosts = {name: {p["spec"].get("nodeName") for pod, p in s.of("Pod").items()
+                        if _app(s, "Pod", pod) == f"app/{name}"} - {None} for name in own}
+        top = Counter(node for name in own for node in hosts[name]).most_common(2)
+        if top and top[0][1] > 1 and (len(top) == 1 or top[1][1] < top[0][1]):
+            node = top[0][0]
+            on = sorted(name for name in own if node in hosts[name])
+            yield Finding(f"node/{node}", "node_network_delay", [f"slow of their own on {node}: {', '.join(on)}"]
+                          + [a["message"] for name in on for a in services[name] if a["reason"].startswith("LATENCY")],
+                          3.8)
+    moved = {name: rise for name, rise in own.items()
+             if any(a["reason"].startswith("TRAFFIC_ANOMALY") for a in services[name])}
     if moved:
         name = max(moved, key=moved.get)
         yield Finding(f"app/{name}", "pod_network_delay",
