@@ -87,7 +87,7 @@ def options(evidence: list[Item], level: str, limit: int = 2, found: list[Item] 
     found: dict[str, Option] = {}
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
-        if (item.back or kind == "oom_killed") and grew:
+        if (item.back or kind in ("oom_killed", "container_memory_limit_too_low")) and grew:
             kind, item = "memory stress", grew
         if kind not in found:
             found[kind] = Option(kind, item.key, item.text, DERIVED if item.signal == MISSING_CALLS else item.kind)

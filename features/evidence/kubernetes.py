@@ -423,7 +423,8 @@ OTHER_PROTOCOL = ("malformed HTTP", "HTTP/1.x transport", "server preface", "htt
 
 
 def _runtime(s: Snapshot):
-    """A container that runs and fails: killed for memory, or a probe that fails it though it serves."""
+    """A container that runs and fails: killed for memory (at every start, CrashLoopBackOff: its limit is below what
+    it needs to run at all; once, by what it did), or a probe that fails it though it serves."""
     for pod, p in s.of("Pod").items():
         for e in s.said("Pod", pod):
             if "OOM" in e["message"] or "OOMKilled" in e["message"]:
@@ -432,7 +433,15 @@ def _runtime(s: Snapshot):
         for status in statuses:
             last = (status.get("lastState") or {}).get("terminated", {})
             if last.get("reason") == "OOMKilled":
-                yield _on_pod(s, pod, "oom_killed", [f"last state terminated: OOMKilled (exit {last.get('exitCode')})"], 7)
+                words = [f"last state terminated: OOMKilled (exit {last.get('exitCode')}), "
+                         f"restarts {status.get('restartCount', 0)}"]
+                if (status.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff":
+                    limit = next((c.get("resources", {}).get("limits", {}).get("memory")
+                                  for c in p["spec"].get("containers", []) if c.get("name") == status.get("name")), None)
+                    yield _on_pod(s, pod, "container_memory_limit_too_low",
+                                  words + [f"CrashLoopBackOff; memory limit {limit or 'not shown'}"], 7)
+                else:
+                    yield _on_pod(s, pod, "oom_killed", words, 7)
         crashed = [st for st in statuses if (st.get("lastState") or {}).get("terminated", {}).get("reason") == "Error"]
         reached = [e for e in s.said("Pod", pod) if e["message"].startswith("Liveness probe failed")
                    and "connection refused" not in e["message"]]
