@@ -170,7 +170,8 @@ DESCRIPTIONS = {
                          "span end, p90) per minute (pods too)",
     "span_self_minute": "per service, pod and minute: spans, errors, errors that start there (no failing child), "
                         "self time (a span less its children) and span p95",
-    "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv)",
+    "declared_calls": "caller -> callee calls a dump declares (a Nezha dependency.csv, Cloud-OpsBench's "
+                      "GetServiceDependencies)",
     "event_pair_minute": "per service, operation, pod and minute: how often event a is followed by event b in the same "
                          "span (events: span start and end, a log line's code position or its template as "
                          "template:ID; in a track of their own, the calls a span made)",

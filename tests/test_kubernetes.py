@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import SHARED
 
 from etl import kubectl, store
-from features.evidence.kubernetes import findings
+from features.evidence.kubernetes import Snapshot, causes, findings
 from rcalab.cli import cli
 from testbed.cluster import any_value
 
@@ -97,6 +97,8 @@ def test_a_case_folder_loads_into_objects_and_events_and_its_label_is_not_read(t
     kinds = dict(con.execute("select kind, count(*) from k8s_objects where snapshot = 'boutique/startup/60' "
                              "group by all").fetchall())
     assert kinds["Pod"] >= 11 and kinds["Node"] == 4 and kinds["Service"] >= 11
+    calls = set(con.execute("select caller, callee from declared_calls").fetchall())  # GetServiceDependencies' tree
+    assert {("frontend", "checkoutservice"), ("checkoutservice", "cartservice"), ("cartservice", "redis-cart")} <= calls
     waiting, = con.execute("""select status->>'$.containerStatuses[0].state.waiting.reason' from k8s_objects
                               where snapshot = 'boutique/startup/60' and kind = 'Pod' and name like 'redis-cart-%'
                               and status->>'$.describe' is not null""").fetchall()[0]
@@ -403,6 +405,29 @@ def test_each_kind_of_cause_on_a_tiny_cluster(tmp_path, cause):
     items, component = TINY[cause]
     top = findings(_tiny(tmp_path, items), None)[0]
     assert (top.component, top.root_cause) == (component, cause), top
+
+
+def test_slow_services_on_one_node_are_its_network_only_where_the_calls_are_known():
+    """front (worker-1) calls cart and ads (worker-2); all three are slow, cart's traffic moved. With the calls,
+    cart and ads are slow of their own, on one node: its delay. Without them, front may be waiting on either: the
+    one whose own traffic moved, its pod's delay."""
+    def alert(reason, message):
+        return {"type": "Alert", "reason": reason, "message": message, "count": 1, "age": None}
+
+    pods = {f"{app}-5f9c-x2x": {"namespace": "shop", "owner": f"ReplicaSet/{app}-5f9c", "labels": {"app": app},
+                                "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+            for app, node in (("front", "worker-1"), ("cart", "worker-2"), ("ads", "worker-2"))}
+    slow = {app: alert("LATENCY_DEGRADATION [Slow Response]", f"{app}-p90latency: Normal=2ms -> Current=90ms (+{rise}%)")
+            for app, rise in (("front", 9000.0), ("cart", 4400.0), ("ads", 3000.0))}
+    events = {("Service", app): [slow[app]] for app in slow}
+    events["Service", "cart"].append(alert("TRAFFIC_ANOMALY [Network Drop]", "Normal=40pps -> Current=9pps (-77.5%)"))
+
+    def first(calls):
+        top = causes(Snapshot({"Pod": pods}, events, "shop", calls=calls))[0]
+        return top.component, top.root_cause
+
+    assert first({"front": {"cart", "ads"}}) == ("node/worker-2", "node_network_delay")
+    assert first({}) == ("app/cart", "pod_network_delay")
 
 
 def test_the_cluster_s_state_joins_the_ranking_of_a_telemetry_window(tmp_path):

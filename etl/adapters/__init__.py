@@ -15,7 +15,7 @@ __all__ = ["ADAPTERS", "TABLES", "InputFile", "Query", "adapter_for", "ident", "
 ADAPTERS = {"challenge2025": challenge2025, "nezha": nezha, "otlp": otlp, "rcaeval": rcaeval,
             "cloudopsbench": cloudopsbench}
 TABLES = {"metric": ("metric_points",), "log": ("log_lines",), "trace": ("spans",), "calls": ("declared_calls",),
-          "k8s": ("k8s_objects", "k8s_events", "k8s_logs"), kubernetes.KIND: ("k8s_objects", "k8s_events")}
+          "k8s": ("k8s_objects", "k8s_events", "k8s_logs", "declared_calls"), kubernetes.KIND: ("k8s_objects", "k8s_events")}
 # the tables a file of each kind fills; a cluster's exports beside any dump are read by `kubernetes` (its KIND)
 
 

@@ -6,7 +6,8 @@ a node with its evidence lines) into `k8s_events` as type Alert. From `tool_cach
 outputs: `GetAppYAML`'s (each app's manifests, as applied) into `k8s_objects` with the status `kubectl.DECLARED`, what
 was asked for, which the evidence holds beside what the cluster shows; `CheckNodeServiceStatus`'s (systemd's status of
 a node's kubelet, container runtime, kube-proxy or scheduler) into `k8s_events` as type Service on the node, the
-unit the reason and its `Active:` line the message. `metrics.csv` (a column `NAME-METRIC` a series, a row every few
+unit the reason and its `Active:` line the message; `GetServiceDependencies`'s (a service's callers, and the tree of
+the calls below it) into `declared_calls`. `metrics.csv` (a column `NAME-METRIC` a series, a row every few
 seconds) into `metric_points`, a service's series or a node's; its times are its collector's clock, China's (UTC+8:
 they sit eight hours after the events' UTC in every case read here), read as UTC. The snapshot is the case's `SYSTEM/CATEGORY/ID`.
 `metadata.json` holds the case's label: the judge reads it, never the ETL.
@@ -31,6 +32,7 @@ READ = (STATES, "logs.json", "alert.json")
 TOOLS = "tool_cache.json"
 MANIFESTS = "GetAppYAML:"  # the tool that prints an app's manifests
 UNITS = "CheckNodeServiceStatus:"  # the tool that prints systemd's status of a node's service
+DEPENDENCIES = "GetServiceDependencies:"  # the tool that draws whom a service calls, as a tree
 # (the other tools' outputs repeat the raw data)
 ACTIVE = re.compile(r"^\s*Active:\s*(.+)$", re.M)
 METRICS = "metrics.csv"
@@ -96,10 +98,10 @@ def _states(states, case: str) -> tuple[dict, list[str]]:
 
 def _tools(tools, case: str) -> tuple[dict, list[str]]:
     """The apps' manifests that `GetAppYAML` printed, as declared objects; the node services' status that
-    `CheckNodeServiceStatus` printed, as events of type Service."""
+    `CheckNodeServiceStatus` printed, as events of type Service; the calls `GetServiceDependencies` drew."""
     if not isinstance(tools, dict):
         raise LoadError("not a map of tool calls to their outputs")
-    objects, events, problems = [], [], []
+    objects, events, problems, calls = [], [], [], {}
     for call, text in tools.items():
         call, text = str(call), str(text)
         if call.startswith(MANIFESTS):
@@ -117,7 +119,35 @@ def _tools(tools, case: str) -> tuple[dict, list[str]]:
             events.append({"type": "Service", "reason": unit, "message": f"{unit}: " + (
                 active.group(1).strip() if active else text.strip().splitlines()[-1][:200] if text.strip() else ""),
                 "involvedObject": {"kind": "Node", "name": node, "namespace": None}})
-    return kubectl.tables(objects, events, case), kubectl.left_out(problems, "tool outputs")
+        elif call.startswith(DEPENDENCIES):
+            calls |= dict.fromkeys(_calls(text))
+    tables = kubectl.tables(objects, events, case)
+    tables["declared_calls"] = pa.Table.from_pylist([{"caller": a, "callee": b} for a, b in calls], CALLS)
+    return tables, kubectl.left_out(problems, "tool outputs")
+
+
+CALLS = pa.schema([("caller", pa.string()), ("callee", pa.string())])
+BRANCH = re.compile(r"^((?:[│ ]   )*)([├└]── )?([A-Za-z0-9][\w.-]*)")  # a tree's line: its depth, a name
+
+
+def _calls(text: str) -> list[tuple[str, str]]:
+    """(caller, callee) as `GetServiceDependencies` draws them: `[Upstream (Called By)]: a, b` and, under
+    `[Downstream (Calls)]:`, a tree whose lines name a service under the one it calls it from."""
+    head, _, tree = text.partition("[Downstream (Calls)]:")
+    service = re.search(r"\[Service\]:\s*([\w.-]+)", head)
+    up = re.search(r"\[Upstream \(Called By\)\]:(.*)", head)
+    found = [(caller.strip(), service.group(1)) for caller in (up.group(1).split(",") if up and service else [])
+             if re.fullmatch(r"[A-Za-z0-9][\w.-]*", caller.strip())]
+    path: list[str] = []
+    for line in tree.splitlines():
+        m = BRANCH.match(line)
+        if not m:
+            continue
+        depth = len(m.group(1)) // 4 + bool(m.group(2))
+        if 0 < depth <= len(path):
+            found.append((path[depth - 1], m.group(3)))
+        path = path[:depth] + [m.group(3)]
+    return found
 
 
 def _logs(logs, case: str) -> tuple[dict, list[str]]:

@@ -69,12 +69,14 @@ class Finding:
 @dataclass
 class Snapshot:
     """A cluster's objects by kind and name, the events of each object (its alerts among them, of type Alert),
-    each service's log lines, and the specs manifests ask for of objects the cluster does not have (`missing`)."""
+    each service's log lines, the specs manifests ask for of objects the cluster does not have (`missing`) and the
+    calls the dump declares (caller -> callees)."""
     objects: dict[str, dict[str, dict]]
     events: dict[tuple[str, str], list[dict]]
     namespace: str | None
     logs: dict[str, list[str]] = field(default_factory=dict)
     missing: dict[tuple[str, str], dict] = field(default_factory=dict)
+    calls: dict[str, set[str]] = field(default_factory=dict)
 
     def of(self, kind: str) -> dict[str, dict]:
         return self.objects.get(kind, {})
@@ -134,7 +136,11 @@ def read(con, snapshot: str | None, since: dt.datetime | None = None, until: dt.
                                            order by service, ts nulls last, message""", [snapshot]).fetchall():
         logs.setdefault(service, []).append(message or "")
     missing = {key: spec for key, spec in declared.items() if key[1] not in objects.get(key[0], {})}
-    return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs, missing)
+    calls: dict[str, set[str]] = {}
+    for caller, callee in con.execute("select distinct caller, callee from declared_calls").fetchall():
+        calls.setdefault(caller, set()).add(callee)
+    return Snapshot(objects, events, max(namespaces, key=namespaces.get) if namespaces else None, logs, missing,
+                    calls)
 
 
 EMPTY = (None, "", [], {}, "<none>", "<unset>")
@@ -743,16 +749,20 @@ def _current(message: str) -> float:
 
 
 def _callees(s: Snapshot) -> dict[str, set[str]]:
-    """Whom each workload calls: the services its containers are given the address of."""
-    return {name: {host for c in d["spec"].get("template", {}).get("spec", {}).get("containers", [])
-                   for _, host, _ in _addresses(c.get("env", []))}
-            for name, d in s.of("Deployment").items()}
+    """Whom each workload calls: the calls the dump declares and the services its containers are given the address
+    of."""
+    calls = {name: set(callees) for name, callees in s.calls.items()}
+    for name, d in s.of("Deployment").items():
+        for c in d["spec"].get("template", {}).get("spec", {}).get("containers", []):
+            calls.setdefault(name, set()).update(host for _, host, _ in _addresses(c.get("env", [])))
+    return calls
 
 
 def _performance(s: Snapshot):
     """Where the state holds no cause, the alerts firing: a service saturating its CPU; a network fault where the
     slowness starts. A service is slow of its own where none of the services it calls is slow too (a caller waits
-    on its callee). Slow services of their own on one node share its network: the node's, unless one alone is. A
+    on its callee). Slow services of their own on one node share its network (where the calls are known): the
+    node's, unless one alone is. A
     node whose TCP segments are retransmitted has a network fault: a loss, retransmitted, grows the latency's tail
     while the rates hold; a delay holds every exchange, so the callers' rates fall (more services send less than
     are slow)."""
@@ -776,7 +786,7 @@ def _performance(s: Snapshot):
             ("node_network_packet_loss", "node_network_delay")
         yield Finding(f"node/{node}", first, words, 3.9)
         yield Finding(f"node/{node}", second, words, 3.8)
-    else:
+    elif any(calls.values()):  # without the calls, a slow caller cannot be told from a slow callee
         hosts = {name: {p["spec"].get("nodeName") for pod, p in s.of("Pod").items()
                         if _app(s, "Pod", pod) == f"app/{name}"} - {None} for name in own}
         top = Counter(node for name in own for node in hosts[name]).most_common(2)
