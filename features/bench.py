@@ -5,8 +5,10 @@ time per case, on a replay of a ground-truth schedule and on the Nezha days); th
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -348,15 +350,33 @@ def labelled_stores(tmp: Path, replays: dict[str, Replay], real: list[Path], sca
 
 
 def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
-        progress=lambda what: None, measure=None) -> dict:
-    """`measure` (by default `ranking`; or `detection`) on each labelled store."""
+        progress=lambda what: None, measure=None, keep: Path | None = None, code: str = "") -> dict:
+    """`measure` (by default `ranking`; or `detection`) on each labelled store. With `keep`, each store's result is
+    saved there as it ends, and a rerun by the same `code` (at the same scale and seed, of the same schedule) measures
+    only the stores it lacks: an interrupted run goes on where it stopped."""
     measure = measure or ranking
+    names = [*replays, *(Path(p).name for p in real)]
+    schedules = {name: hashlib.sha1(Path(r.schedule).read_bytes()).hexdigest() if Path(r.schedule).is_file() else None
+                 for name, r in replays.items()}
+    tags = {name: {"scale": scale, "seed": seed, "measure": measure.__name__, "code": code,
+                   "schedule": schedules.get(name)} for name in names}
+    saved = {name: keep / (re.sub(r"[^\w.-]+", "-", f"{measure.__name__} {name}") + ".json") for name in names} \
+        if keep else {}
+    result = {}
+    for name, path in saved.items():
+        kept = json.loads(path.read_text()) if path.is_file() else {}
+        if kept.get("tag") == tags[name]:
+            result[name] = kept["result"]
     with tempfile.TemporaryDirectory() as tmp:
-        result = {}
-        for name, db, input_json, truth in labelled_stores(Path(tmp), replays, real, scale, seed, progress):
+        for name, db, input_json, truth in labelled_stores(
+                Path(tmp), {n: r for n, r in replays.items() if n not in result},
+                [p for p in real if Path(p).name not in result], scale, seed, progress):
             progress(f"{measure.__name__}: {name}")
             result[name] = measure(db, input_json, truth)
-        return result
+            if keep:
+                keep.mkdir(parents=True, exist_ok=True)
+                saved[name].write_text(json.dumps({"tag": tags[name], "result": result[name]}, indent=2) + "\n")
+    return {name: result[name] for name in names if name in result}
 
 
 def detection(db: Path, input_json: Path, truth: Path) -> dict:

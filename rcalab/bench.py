@@ -91,7 +91,8 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from judge.bench import ranked
 
     result = run(_replays(settings, settings.random, kubernetes=True), settings.real,
-                 scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked)
+                 scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked, keep=settings.out / "rank",
+                 code=code())
     return result, [rank_table(result), baselines_table(result), answers_table(result)]
 
 
@@ -115,31 +116,22 @@ def code() -> str:
 def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
     """`bench rank` on systems nobody here chose: `random` descriptions drawn from the schema's space (seeds
     1000 x SEED + k, saved beside the results), a random schedule of each, SYSTEM_CASES cases of every fault type.
-    Each system's result is saved as it ends, so a rerun of an interrupted run, by the same code at the same scale,
-    measures only the systems it lacks."""
+    Each system's result is kept as it ends: a rerun by the same code measures only the systems it lacks."""
     from features.bench import REPLAY_SCALE, ranking, run
     from testbed.drawn import draw
     from testbed.system import dump, load
 
     folder = settings.out / "systems"
     folder.mkdir(parents=True, exist_ok=True)
-    scale, version = settings.scale or REPLAY_SCALE, code()
-    result = {}
+    version, result = code(), {}
     for seed in range(1000 * settings.seed, 1000 * settings.seed + settings.random):
-        path, saved = folder / f"drawn-{seed}.yaml", folder / f"drawn-{seed}.json"
-        text = dump(draw(seed))
-        if path.is_file() and path.read_text() == text and saved.is_file():
-            kept = json.loads(saved.read_text())
-            if (kept["scale"], kept.get("code")) == (scale, version):
-                result |= kept["result"]
-                continue
-        path.write_text(text)
+        path = folder / f"drawn-{seed}.yaml"
+        path.write_text(dump(draw(seed)))
         system = load(path)
-        one = run(_replays(Settings(settings.out, systems=[str(path)]), SYSTEM_CASES), [], scale=scale,
-                  progress=progress, measure=ranking)
+        one = run(_replays(Settings(settings.out, systems=[str(path)]), SYSTEM_CASES), [],
+                  scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranking, keep=folder, code=version)
         for r in one.values():
             r |= {"components": len(system.components), "pods": sum(c.replicas for c in system.components.values())}
-        saved.write_text(json.dumps({"scale": scale, "code": version, "result": one}, indent=2) + "\n")
         result |= one
     return result, [systems_table(result), baselines_table(result)]
 
@@ -167,10 +159,12 @@ def _detect(settings: Settings, progress) -> tuple[dict, list[Table]]:
     if settings.random:  # half a day of each system, a random fault an hour; and of the cluster's own faults
         days |= _replays(Settings(settings.out, systems=settings.systems), DETECT_RANDOM, DETECT_RANDOM, "half day",
                          kubernetes=True)
-    result = run(days, settings.real, scale=settings.scale or 0.05, seed=7, progress=progress, measure=detection)
+    keep = {"keep": settings.out / "detect", "code": code()}
+    result = run(days, settings.real, scale=settings.scale or 0.05, seed=7, progress=progress, measure=detection,
+                 **keep)
     if "hipstershop" in settings.systems:  # the day's volume of a real system: the scan's time
         result |= run({"hipstershop demo day, full scale": Replay(DEMO_DAY)}, [], scale=1.0, seed=7,
-                      progress=progress, measure=detection)
+                      progress=progress, measure=detection, **keep)
     tables = [detect_table(result), missed_table(result)]
     names = [Path(path).name for path in settings.real]
     if len(names) >= 2:

@@ -107,11 +107,12 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
     cases, eight at once, against a stand-in endpoint that answers at once and one slower than the time limit;
     rank ranks every case of each system's random schedule, of a random schedule of the cluster's own faults (with
     its state), of the phase-one replay and of the real days; systems
-    ranks a random schedule (five cases of every fault type) of each of RANDOM systems drawn at random, each
-    system's result kept in OUT/systems as it ends (a rerun by the same code goes on where it stopped); cluster
+    ranks a random schedule (five cases of every fault type) of each of RANDOM systems drawn at random; cluster
     answers Cloud-OpsBench's case folders from the cluster's state and judges them as the benchmark does; diagnose
     runs both agents on a sample of each (SAMPLE of every fault type); detect finds the incidents of a simulated day
     of each system (and of half a day of the cluster's own faults) and of each real day, and scores the confidence.
+    rank, systems and detect keep each store's result in OUT/WHAT as it ends: a rerun by the same code goes on where
+    an interrupted run stopped.
 
     Example: rcalab bench rank --system trainticket --random 10 --scale 0.1
     """

@@ -60,27 +60,40 @@ def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables
         assert (tmp_path / "bench" / f"{what}.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bench_systems_saves_each_system_as_it_ends_so_a_rerun_measures_only_those_it_lacks(tmp_path, monkeypatch):
+def test_a_bench_keeps_each_store_s_result_as_it_ends_so_a_rerun_measures_only_those_it_lacks(tmp_path, monkeypatch):
+    """bench systems (and rank, detect) after an interruption: the systems whose results the same code kept are not
+    measured again; another code's, or another schedule's, are."""
     import features.bench
     import rcalab.bench
     from rcalab.bench import Settings, measure
 
     ranked = []
 
-    def run(replays, real, **kw):
-        ranked.extend(replays)
-        return {name: {"cases": 5, "top1": 1.0, "top3": 1.0, "top1_exact": 0.8, "AC": {},
-                       "per_type": {"cpu stress": {"cases": 5, "top1": 1.0, "top3": 1.0, "top1_exact": 0.8}}}
-                for name in replays}
+    def stores(tmp, replays, real, *args):
+        for name in replays:
+            ranked.append(name)
+            yield name, None, None, None
 
-    monkeypatch.setattr(features.bench, "run", run)
+    def ranking(db, input_json, truth):
+        return {"cases": 5, "top1": 1.0, "top3": 1.0, "top1_exact": 0.8, "AC": {},
+                "per_type": {"cpu stress": {"cases": 5, "top1": 1.0, "top3": 1.0, "top1_exact": 0.8}}}
+
+    monkeypatch.setattr(features.bench, "labelled_stores", stores)
+    monkeypatch.setattr(features.bench, "ranking", ranking)
     settings = Settings(tmp_path, random=2, seed=3)
     first, tables = measure("systems", settings)
     assert ranked == ["drawn-3000 random", "drawn-3001 random"] and first["drawn-3001 random"]["pods"] >= 1
-    (tmp_path / "systems" / "drawn-3001.json").unlink()  # the run stopped before its second system ended
+    (tmp_path / "systems" / "ranking-drawn-3001-random.json").unlink()  # stopped before its second system ended
     again, _ = measure("systems", settings)
     assert ranked[2:] == ["drawn-3001 random"] and again == first
     assert tables[0].row_count == 3  # a row a system and all of them pooled
     monkeypatch.setattr(rcalab.bench, "code", lambda: "changed")  # another code's results are not reused
     measure("systems", settings)
     assert ranked[3:] == ["drawn-3000 random", "drawn-3001 random"]
+    schedule = tmp_path / "schedule.jsonl"
+    schedule.write_text("{}\n")
+    replays = {"day": features.bench.Replay(schedule)}
+    features.bench.run(replays, [], measure=ranking, keep=tmp_path / "kept", code="1")
+    schedule.write_text("{}\n{}\n")  # another schedule under the same name
+    features.bench.run(replays, [], measure=ranking, keep=tmp_path / "kept", code="1")
+    assert ranked[5:] == ["day", "day"]
