@@ -356,13 +356,13 @@ def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCAL
     only the stores it lacks: an interrupted run goes on where it stopped."""
     measure = measure or ranking
     names = [*replays, *(Path(p).name for p in real)]
-    schedules = {name: hashlib.sha1(Path(r.schedule).read_bytes()).hexdigest() if Path(r.schedule).is_file() else None
-                 for name, r in replays.items()}
-    tags = {name: {"scale": scale, "seed": seed, "measure": measure.__name__, "code": code,
-                   "schedule": schedules.get(name)} for name in names}
-    saved = {name: keep / (re.sub(r"[^\w.-]+", "-", f"{measure.__name__} {name}") + ".json") for name in names} \
-        if keep else {}
-    result = {}
+    saved, tags, result = {}, {}, {}
+    if keep:  # each store's file, and what its result was measured by
+        schedules = {name: hashlib.sha1(Path(r.schedule).read_bytes()).hexdigest()
+                     for name, r in replays.items() if Path(r.schedule).is_file()}
+        tags = {name: {"scale": scale, "seed": seed, "measure": measure.__name__, "code": code,
+                       "schedule": schedules.get(name)} for name in names}
+        saved = {name: keep / (re.sub(r"[^\w.-]+", "-", f"{measure.__name__} {name}") + ".json") for name in names}
     for name, path in saved.items():
         kept = json.loads(path.read_text()) if path.is_file() else {}
         if kept.get("tag") == tags[name]:
