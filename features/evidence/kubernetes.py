@@ -216,6 +216,11 @@ def _short(s: Snapshot) -> dict[str, dict]:
             or (d["spec"].get("replicas") or 0) > (d["status"].get("replicas") or 0)}
 
 
+def _containers(workload: dict) -> list[dict]:
+    """The containers a workload's pod template asks for."""
+    return workload["spec"].get("template", {}).get("spec", {}).get("containers", [])
+
+
 def _current_sets(s: Snapshot, deployment: str) -> list[str]:
     return [name for name, rs in s.of("ReplicaSet").items() if rs.get("owner") == f"Deployment/{deployment}"]
 
@@ -509,7 +514,7 @@ def _routing(s: Snapshot):
                  for port in c.get("ports", [])}
         # how its workloads are probed, as their templates say (a sidecar rewrites a running pod's probes)
         probes = {HANDLERS.get(_probe(c.get(f"{w}Probe"))[0]) for d in workloads
-                  for c in d["spec"].get("template", {}).get("spec", {}).get("containers", [])
+                  for c in _containers(d)
                   for w in ("liveness", "readiness")} - {None}
         for port in svc["spec"].get("ports", []):
             target = port.get("targetPort")
@@ -523,7 +528,7 @@ def _routing(s: Snapshot):
                               [f"service {name} names port {port.get('port')} {port.get('name')!r}; its pods are "
                                f"probed over {', '.join(sorted(probes))}"], 6)
     for name, d in s.of("Deployment").items():
-        for c in d["spec"].get("template", {}).get("spec", {}).get("containers", []):
+        for c in _containers(d):
             for var, host, port in _addresses(c.get("env", [])):
                 service = services.get(host)
                 database = port == MYSQL or "mysql" in host
@@ -753,7 +758,7 @@ def _callees(s: Snapshot) -> dict[str, set[str]]:
     of."""
     calls = {name: set(callees) for name, callees in s.calls.items()}
     for name, d in s.of("Deployment").items():
-        for c in d["spec"].get("template", {}).get("spec", {}).get("containers", []):
+        for c in _containers(d):
             calls.setdefault(name, set()).update(host for _, host, _ in _addresses(c.get("env", [])))
     return calls
 
