@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rcalab.errors import DumpError
+from common.errors import DumpError
 
 from .adapters import adapter_for
 

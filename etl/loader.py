@@ -30,8 +30,8 @@ from typing import Callable
 
 import duckdb
 
-from rcalab.errors import LoadError, StoreError
-from rcalab.tasks import run_tasks
+from common.errors import LoadError, StoreError
+from common.tasks import run_tasks
 
 from . import store
 from .adapters import ADAPTERS, TABLES, InputFile, adapter_for, kubernetes

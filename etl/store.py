@@ -21,8 +21,8 @@ from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import RcalabError, StoreBusy, StoreError
-from rcalab.tasks import task_memory, worker_threads
+from common.errors import RcalabError, StoreBusy, StoreError
+from common.tasks import task_memory, worker_threads
 
 # Ordered, append-only: each migration runs once, in a transaction, when the store opens.
 MIGRATIONS = [

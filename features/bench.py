@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scipy.stats import mannwhitneyu
 
+from common.tasks import local_cluster
 from etl import store
 from etl.cases import write_cases
 
@@ -81,7 +82,6 @@ _CLUSTER = """
 import json, resource, sys, time
 from distributed import Client
 from features.refresh import nightly
-from rcalab.tasks import local_cluster
 def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 with local_cluster(int(sys.argv[3])) as local, Client(local) as client:

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import RcalabError, read_json
 from etl import store
-from rcalab.errors import RcalabError, read_json
 
 YEARS = (1970, 2200)  # telemetry has no time outside these
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z")

@@ -43,9 +43,9 @@ from pathlib import Path
 import duckdb
 from scipy.stats import norm
 
+from common.tasks import TASK_SECONDS, run_tasks
 from etl import store
 from etl.store import connect
-from rcalab.tasks import TASK_SECONDS, run_tasks
 
 from .evidence import Window, store_file
 from .ranker import Candidate, rank_window

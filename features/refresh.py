@@ -16,10 +16,10 @@ from typing import Callable
 import duckdb
 import pyarrow as pa
 
+from common.errors import StoreError
+from common.tasks import Behind, run_tasks
 from etl import store
 from etl.loader import Report, parted, run_etl
-from rcalab.errors import StoreError
-from rcalab.tasks import Behind, run_tasks
 
 from . import metric_series
 from .anomaly import WINDOW, refresh_edge_anomaly, refresh_metric_anomaly

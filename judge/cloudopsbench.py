@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common.errors import RcalabError
 from etl.adapters.cloudopsbench import cases, snapshot
-from rcalab.errors import RcalabError
 
 from .scoring import read_jsonl
 

@@ -14,6 +14,7 @@ import json
 from contextlib import nullcontext
 from pathlib import Path
 
+from common.errors import OutputError, read_text
 from etl import store
 from features.cases import Question
 from features.digest import Digest, build_digest
@@ -21,7 +22,6 @@ from features.evidence import Window
 from features.evidence.kubernetes import findings, status_words
 from features.graph import dependency_graph
 from features.path import STATUS, calls_by_edge, calls_graph, troubled, walked
-from rcalab.errors import OutputError, read_text
 from reasoner.batch import transcripts_path
 
 from .report import notebook_links

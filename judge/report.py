@@ -9,8 +9,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from common.errors import read_text
 from features.graph import service_of
-from rcalab.errors import read_text
 from reasoner.batch import transcripts_path
 
 from .scoring import TRUTH_FIELDS, Score, read_jsonl, score

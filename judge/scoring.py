@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rcalab.errors import RcalabError, read_text
+from common.errors import RcalabError, read_text
 
 WORDS = 20
 WEIGHTS = {"LA": 0.40, "TA": 0.40, "efficiency": 0.10, "explainability": 0.10}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 
-from rcalab.errors import RcalabError
+from common.errors import RcalabError
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from rcalab.errors import shown
+from common.errors import shown
 
 BENCHES = ("testbed", "etl", "scale", "store", "wide", "load", "rank", "systems", "cluster", "diagnose", "detect")
 PAGE = Path("docs/benchmarks.md")  # each bench rewrites its own section

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 from rich.progress import Progress
 
+from common.errors import RcalabError, check_output, shown
+from common.tasks import cluster
 from rcalab.bench import BENCHES, PAGE, cell
-from rcalab.errors import RcalabError, check_output, shown
-from rcalab.tasks import cluster
 from rcalab.terminal import (console, echo, incidents_table, judged_lines, judged_table, loaded_lines, reports_errors,
                              rows_table, show, working)
 

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from common.errors import RcalabError, shown
 from rcalab.bench import cell
-from rcalab.errors import RcalabError, shown
 
 console = Console(stderr=True)
 

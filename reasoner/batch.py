@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from common.errors import OutputError, check_output, read_text
 from etl import store
 from etl.store import exclusive
 from features.cases import Question
-from rcalab.errors import OutputError, check_output, read_text
 
 from .agent import Chat, diagnose, rank_only
 from .cluster import SECONDS, snapshot_answer

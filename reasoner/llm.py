@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rcalab.errors import LLMError, RcalabError, read_json
+from common.errors import LLMError, RcalabError, read_json
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
+from common.tasks import Behind
 from etl.adapters import challenge2025
-from rcalab.tasks import Behind
 
 FIELDS = {"trace": "resourceSpans", "log": "resourceLogs", "metric": "resourceMetrics"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rcalab.errors import ScheduleError
+from common.errors import ScheduleError
 
 from . import faults
 from .faults import Fault, Target

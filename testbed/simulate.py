@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rcalab.errors import OutputError, RcalabError
-from rcalab.tasks import Behind
+from common.errors import OutputError, RcalabError
+from common.tasks import Behind
 
 from .cluster import write_cluster
 from .logs import hour_logs

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from rcalab.errors import DescriptionError
+from common.errors import DescriptionError
 
 # What a component's language writes its log lines as, where the description names no `log_style`.
 LOG_STYLES = {"go": "go-json", "java": "log4j-json", "python": "python-json", "node": "pino", "javascript": "pino",

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SHARED, copy_store
+from common.errors import StoreError
 from etl import loader, store
 from features import refresh
 from features.refresh import nightly
 from rcalab.cli import cli
-from rcalab.errors import StoreError
 
 DAY = "2025-06-06"
 FEATURES = ("metric_anomaly", "log_template_minute", "trace_edge_minute", "trace_edge_anomaly")
@@ -446,7 +446,7 @@ def test_change_points_of_series_without_a_service_and_then_with_one_make_one_ta
 def test_a_task_s_duckdb_holds_at_most_its_share_of_memory_and_spills_the_rest(tmp_path):
     """DuckDB's own bound is 80 % of the machine: a day of 10,000 pods took 12 GB to sort its anomaly table, and a
     machine's workers would each take as much. A task's connection holds `task_memory` (issue 73)."""
-    from rcalab.tasks import TASK_MEMORY
+    from common.tasks import TASK_MEMORY
 
     with store.write_shard(tmp_path / "x.duckdb") as con:
         (limit,), = con.execute("select current_setting('memory_limit')").fetchall()

@@ -13,9 +13,9 @@ from conftest import copy_store
 from click.testing import CliRunner
 from test_reliability import chat_for
 
+from common.errors import OutputError
 from etl import store
 from rcalab.cli import cli
-from rcalab.errors import OutputError
 from reasoner.batch import run_batch, transcripts_path
 from reasoner.stub import StubEndpoint
 

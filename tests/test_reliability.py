@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SHARED, copy_store
+from common.errors import RcalabError, StoreError
 from etl import store
 from features.cases import load_questions
 from features.refresh import nightly
 from rcalab.cli import cli
-from rcalab.errors import RcalabError, StoreError
 from reasoner.agent import openai_chat
 from reasoner.batch import run_batch, transcripts_path
 from reasoner.llm import LLMConfig, client

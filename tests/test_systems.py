@@ -15,13 +15,13 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import SHARED
+from common.errors import DescriptionError
 from features.cases import load_questions
 from features.digest import build_digest
 from features.refresh import nightly
 from etl import store
 from etl.loader import run_etl
 from rcalab.cli import cli
-from rcalab.errors import DescriptionError
 from testbed.faults import FAULTS, Target, busiest_site, code_site, get
 from testbed.metrics import apm_tables
 from testbed.schedule import Case, format_time, random_cases

@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from rcalab.tasks import Behind
+from common.tasks import Behind
 
 
 @pytest.mark.parametrize("inline", [False, True])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rcalab.errors import DumpError
+from common.errors import DumpError
 
 from . import challenge2025, cloudopsbench, kubernetes, nezha, otlp, rcaeval
 from .base import InputFile, Query, ident

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import LoadError
+from common.errors import LoadError
 
 from .base import InputFile, Query, ident, record_text
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rcalab.errors import LoadError
+from common.errors import LoadError
 
 from .. import kubectl
 from .base import InputFile, Query

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from rcalab.errors import LoadError
+from common.errors import LoadError
 
 from .. import kubectl
 from .base import InputFile, Query

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import DumpError, LoadError, read_json
+from common.errors import DumpError, LoadError, read_json
 
 from .base import InputFile, Query, ident
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import LoadError
+from common.errors import LoadError
 
 from . import kubernetes
 from .base import InputFile, Query, record_text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from rcalab.errors import DumpError, LoadError
+from common.errors import DumpError, LoadError
 
 from .base import InputFile, Query, ident
 

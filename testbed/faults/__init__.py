@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from rcalab.errors import DescriptionError, ScheduleError
+from common.errors import DescriptionError, ScheduleError
 
 from ..system import System
 from . import code, datastores, jvm, kubernetes, load, network, nodes, pods

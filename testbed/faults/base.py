@@ -11,8 +11,8 @@ from typing import Callable
 
 import numpy as np
 
+from common.errors import ScheduleError
 from etl.loglines import POSITION
-from rcalab.errors import ScheduleError
 
 from ..failures import HTTP_WORDS, failure_line
 from ..system import Component, System

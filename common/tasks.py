@@ -9,7 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from rcalab.errors import RcalabError
+from common.errors import RcalabError
 
 T = TypeVar("T")
 R = TypeVar("R")
