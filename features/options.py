@@ -80,14 +80,14 @@ def options(evidence: list[Item], level: str, limit: int = 2, found: list[Item] 
     said = next((i for i in [*evidence, *found] if i.kind == "state"), None)
     if said:
         evidence = [said, *(i for i in evidence if i is not said)]
-    # A process that was started again after its memory rose was killed for its memory (out of memory), whether
-    # the telemetry shows it back or the cluster says OOMKilled: what filled the memory is the fault.
-    grew = next((i for i in evidence
+    # A process that stopped after its memory rose was killed for its memory (out of memory), whether the telemetry
+    # shows it gone or back or the cluster says OOMKilled: what filled the memory is the fault.
+    grew = next((i for i in [*evidence, *found]
                  if i.signal == "memory" and i.kind in METRIC_KINDS and not i.fell and not i.echo), None)
     found: dict[str, Option] = {}
     for item in evidence:  # strongest first, as the ranker orders it
         kind = fault_type(item, level)
-        if (item.back or kind in ("oom_killed", "container_memory_limit_too_low")) and grew:
+        if kind in ("pod kill", "pod failure", "oom_killed", "container_memory_limit_too_low") and grew:
             kind, item = "memory stress", grew
         if kind not in found:
             found[kind] = Option(kind, item.key, item.text, DERIVED if item.signal == MISSING_CALLS else item.kind)

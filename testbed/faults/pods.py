@@ -10,6 +10,11 @@ from .base import (ANY, burst, callers_series, cold_start, cut_off, fault, indic
                    watcher_of)
 
 
+# What a container may hold above its usual working set before it is OOM-killed: a stress is killed at its peak, a
+# leak once it has grown past it (in about half its windows).
+LIMIT = 1.4e9
+
+
 # --- stress -----------------------------------------------------------------------
 
 @fault("cpu stress", "stress test", SERVICE,
@@ -33,18 +38,23 @@ def cpu_stress(day, target, sl, rng):
        ["high memory usage", "memory saturation", "memory exhaustion", "memory leak", "memory stress"])
 def memory_stress(day, target, sl, rng):
     """A process in the pod allocates and holds memory (working set up, one more process); at the peak the
-    container hits its limit and is OOM-killed: a minute with no process and refused connections, then a cold
-    start. Kubernetes counts the restart, its last state OOMKilled (exit 137), the pod not ready for that minute."""
+    container hits its limit and is OOM-killed."""
     idx = indices(day, target.pods)
     day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += ramp(sl, rng, 1.2e9, 1.4e9)
     day.pod_kpi["pod_processes"][sl, idx] += 2
     day.own_factor[sl, idx] *= 1.3
-    oom = slice(sl.start + (sl.stop - sl.start) // 2, sl.start + (sl.stop - sl.start) // 2 + 1)
-    cut_off(day, target.pods, oom, "refused", ("pod_processes",), 0.0)
-    cold_start(day, target.pods, oom.stop)
-    burst(day, target.pods, oom, ("could not load the warm cache after an OOM restart, starting cold",), 2,
-           "warning")
-    pods = tuple(target.pods)
+    oom_kill(day, target.pods, sl.start + (sl.stop - sl.start) // 2)
+
+
+def oom_kill(day, pods, minute: int) -> None:
+    """The container reaches its memory limit at `minute` and is OOM-killed: a minute with no process and refused
+    connections, then a cold start. Kubernetes counts the restart, its last state OOMKilled (exit 137), the pod not
+    ready for that minute."""
+    oom = slice(minute, minute + 1)
+    cut_off(day, pods, oom, "refused", ("pod_processes",), 0.0)
+    cold_start(day, pods, oom.stop)
+    burst(day, pods, oom, ("could not load the warm cache after an OOM restart, starting cold",), 2, "warning")
+    pods = tuple(pods)
     day.cluster.append(Change(oom.start, oom.stop, pods, restarted(1, "OOMKilled", 137, ready=False),
                               (("Normal", "Started", "Started container server"),)))
     day.cluster.append(Change(oom.stop, MINUTES, pods, restarted(1, "OOMKilled", 137)))
@@ -145,9 +155,13 @@ def pod_kill(day, target, sl, rng):
        ["pod_memory_working_set_bytes"], ["memory leak", "growing memory usage", "cache leak"])
 def memory_leak(day, target, sl, rng):
     """The service keeps what it should let go (a cache that never evicts): its memory grows all through the window,
-    and the collector's pauses and work grow with it."""
+    and the collector's pauses and work grow with it. A leak that has grown past the container's limit by the
+    window's last minute is OOM-killed then (a stress is killed at its peak)."""
     idx = indices(day, target.pods)
     grown = np.linspace(0, 1, sl.stop - sl.start)[:, None]
-    day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += grown * ramp(sl, rng, 1.2e9, 1.6e9)
+    leaked = grown * ramp(sl, rng, 1.2e9, 1.6e9)
+    day.pod_kpi["pod_memory_working_set_bytes"][sl, idx] += leaked
     day.pod_kpi["pod_cpu_usage"][sl, idx] += 0.3 * grown
     day.own_factor[sl, idx] *= 1 + 1.5 * grown
+    if leaked[-1, 0] > LIMIT:  # it grew as far as the container's limit before the window ended
+        oom_kill(day, target.pods, sl.stop - 1)
