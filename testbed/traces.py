@@ -22,6 +22,9 @@ from .workload import BASE_ERR, FAILING, MINUTES, Day, flows
 KINDS = ("ok", "transient", *ERRORS)  # index 0 means no error
 _CONNECT = {"refused", "dns", "dial"}  # the callee's server span never starts
 _DEADLINE_MS = 1000.0  # a call's deadline where its step names none
+# Spans an hour's table is built of at a time: pyarrow converts a NumPy array of more than 2**22 strings into a
+# ChunkedArray, which an Arrow struct cannot hold (a span has 8 strings of message events).
+SPANS_AT_ONCE = 250_000
 
 KV = pa.struct([("key", pa.string()), ("type", pa.string()), ("value", pa.string())])
 SPAN_SCHEMA = pa.schema([
@@ -349,12 +352,20 @@ def _process_tags(topo: Topology) -> pa.ListArray:
 
 
 def _span_table(spans: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology, rng) -> pa.Table:
+    """An hour's spans in order of their start, built `SPANS_AT_ONCE` at a time."""
     if not spans["span"]:
         return SPAN_SCHEMA.empty_table()
     cols = {k: np.concatenate(v) for k, v in spans.items()}
     order = np.argsort(cols["start"], kind="stable")
     cols = {k: v[order] for k, v in cols.items()}
-    n = len(order)
+    cols["sizes"] = rng.integers(8, 400, (len(order), 2))  # each message's, drawn for the hour at once
+    process_tags = _process_tags(topo)
+    return pa.concat_tables([_spans({k: v[at:at + SPANS_AT_ONCE] for k, v in cols.items()}, vocab, trace_hex, topo,
+                                    process_tags) for at in range(0, len(order), SPANS_AT_ONCE)])
+
+
+def _spans(cols: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology, process_tags: pa.ListArray) -> pa.Table:
+    n = len(cols["start"])
     start = cols["start"].astype(np.int64)
     dur = cols["dur"].astype(np.int64)
     trace_id = pa.array(trace_hex[cols["trace"]]).cast(pa.string())
@@ -368,7 +379,7 @@ def _span_table(spans: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology
     # Two message events per span: the request going out/in and the reply.
     is_client = cols["vals"][:, 8] == vocab("client")
     first, second = np.where(is_client, "SENT", "RECEIVED"), np.where(is_client, "RECEIVED", "SENT")
-    sizes = rng.integers(8, 400, (n, 2)).astype(str)
+    sizes = cols["sizes"].astype(str)
     fvals = np.stack([np.stack([first, np.full(n, "1"), sizes[:, 0], np.full(n, "message")], 1),
                       np.stack([second, np.full(n, "1"), sizes[:, 1], np.full(n, "message")], 1)], 1)
     fields = _kv(_tile(("message.type", "message.id", "message.uncompressed_size", "name"), 2 * n),
@@ -378,7 +389,7 @@ def _span_table(spans: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology
     logs = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * 2), events)
     pod_idx = pa.array(cols["pod"])
     process = pa.StructArray.from_arrays(
-        [pa.array([topo.service_of[p] for p in topo.pods]).take(pod_idx), _process_tags(topo).take(pod_idx)],
+        [pa.array([topo.service_of[p] for p in topo.pods]).take(pod_idx), process_tags.take(pod_idx)],
         fields=list(SPAN_SCHEMA.field("process").type))
     return pa.Table.from_arrays([
         trace_id, span_id, pa.array(np.ones(n)), vocab.take(cols["op"]),

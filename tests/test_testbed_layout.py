@@ -139,6 +139,23 @@ def test_a_day_cut_to_its_last_hours_holds_those_hours_of_the_whole_day_byte_for
     assert len(cut) == 120 and cut == [r for r in whole if cut[0]["time"] <= r["time"] <= cut[-1]["time"]]
 
 
+def test_an_hour_s_spans_built_a_few_at_a_time_are_the_spans_built_at_once(replay, tmp_path, monkeypatch):
+    """Seen on a random system of `bench systems` (over half a million spans an hour): pyarrow handed back a NumPy
+    array of more than 2**22 strings in pieces, which an Arrow struct cannot hold. An hour is built in pieces of its
+    own: the same spans, in the same order, with the same draws."""
+    from testbed import traces
+    from testbed.schedule import load_schedule
+    from testbed.simulate import simulate
+    from testbed.topology import Topology
+
+    monkeypatch.setattr(traces, "SPANS_AT_ONCE", 100)
+    topo = Topology.build(0)
+    simulate(tmp_path, load_schedule(PHASE_ONE, topo, limit=5), topo, scale=0.005, seed=0, hours=1)
+    (hour,) = (tmp_path / DAY / "trace-parquet").iterdir()
+    pieces = pq.read_table(hour)
+    assert pieces.num_rows > 300 and pieces.equals(pq.read_table(replay / DAY / "trace-parquet" / hour.name))
+
+
 def test_each_day_cut_to_its_hours_holds_the_hours_of_its_own_cases(tmp_path):
     """With cases on two days, each day's hours end with its own last case's (counted from the last case of all
     days, the first day was written at 23:00, and its case had no data)."""
