@@ -3,7 +3,8 @@
 1. Each evidence item belongs to a unit: a pod of a one-pod service is that service; a
    node, a service, a pod of a replicated service are themselves.
 2. A unit's anomaly adds its strongest signals with falling weights; echo items (measured on a
-   caller's side) count little. A family whose evidence is everywhere in this window (metrics
+   caller's side) count little. A metric that moves on several replicas of a unit counts their z together
+   (`together`). A family whose evidence is everywhere in this window (metrics
    on a noisy day) says less about any one component than a family that singles one out, so
    each family's scores shrink with the number of components it flags beyond `SPECIFIC`.
 3. Level: one replica of a service that carries the fault is the pod; two or more are the service. A
@@ -14,7 +15,8 @@
    dependency that is down is called (it has no span to fail in). So a unit keeps its local
    signals, but little of its latency and errors when a dependency (what it calls, within two
    calls, and its node when that node hosts anomalous pods of two or more services) is
-   anomalous, and little of a traffic change when a caller is, or when the load fell where it comes
+   anomalous, as far as half the unit's own felt trouble (a chance blip among hundreds of dependencies explains none of
+   a trouble many times its size), and little of a traffic change when a caller is, or when the load fell where it comes
    in (a service that calls and that nothing calls). A caller whose callees lost their traffic stopped
    calling them, unless a callee is down itself (its processes stopped, it says it is not up): then
    no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
@@ -32,6 +34,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -39,6 +42,7 @@ from functools import cached_property
 import networkx as nx
 
 from .evidence import Item, Window, collect
+from .evidence.metrics import Z_FULL, Z_MIN
 from .graph import call_edges, callees, callers, dependency_graph, depends_on, entries, topology
 
 WEIGHTS = (1.0, 0.3, 0.15)  # the strongest signal, the second, the third
@@ -89,11 +93,26 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable
     best: dict[str, float] = {}
     upward = (EXPLAINABLE - {"latency"} if slow_alone else EXPLAINABLE) | ({ERROR_ORIGIN} if unreachable else set())
     downward = DOWNWARD | ({LAG} if fed(items) else set())
+    replicas: dict[tuple, dict[str, float]] = defaultdict(dict)  # a metric's z on each component that shows it
     for it in items:
         explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in downward)
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
         best[it.signal] = max(best.get(it.signal, 0.0), it.blame * weight)
+        if it.kind == "metric" and not it.echo:
+            shown = replicas[it.signal, it.key, it.fell, weight]
+            shown[it.component] = max(shown.get(it.component, 0.0), it.blame)
+    for (signal, _, _, weight), shown in replicas.items():
+        best[signal] = max(best[signal], together(list(shown.values())) * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
+
+
+def together(blames: list[float]) -> float:
+    """What one metric moving on several replicas of a unit says, each a blame on the metric family's log-z scale:
+    their z combined as independent tests are (Stouffer's sum over the square root of their number). Replicas that
+    move together are past chance as no one of them is: five at z 16 count as one at z 36 (a blame of 0.48 each,
+    0.71 together); a lone replica keeps its own."""
+    z = sum(Z_MIN * (Z_FULL / Z_MIN) ** b for b in blames) / math.sqrt(len(blames))
+    return min(1.0, math.log(z / Z_MIN) / math.log(Z_FULL / Z_MIN))
 
 
 def fed(items: list[Item]) -> bool:
@@ -241,7 +260,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         held = any(not it.brief and (it.echo or it.signal in EXPLAINABLE) for it in units[u])
         worst, by = max((((felt_held if held else felt_any)[d], d) for d in deps if d in cands and d != u),
                         default=(0.0, None))
-        c.explained_by = by if worst >= ANOMALOUS else None
+        c.explained_by = by if worst >= max(ANOMALOUS, CARRIES * (felt_held if held else felt_any)[u]) else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])
         # more load where it comes in is the users' doing (a series gone silent took none)

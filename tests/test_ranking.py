@@ -382,6 +382,53 @@ def test_a_dependency_s_blip_explains_none_of_a_caller_s_trouble_that_held():
     assert next(c for c in short if c.component == "gateway").explained_by == "leaf"
 
 
+def test_five_replicas_moving_together_raise_an_incident_where_one_series_with_the_same_z_does_not():
+    """Seen on a simulated system of 10,000 pods: a delay on the gateway's calls raised its five pods' maximum
+    latency to z 16 each, and the scan never called it abnormal, as it would not call one pod's z 16 among
+    thousands. Five replicas that move together are past chance as no one of them is."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    pods = {"gateway": {f"gateway-{i}" for i in range(5)}}
+    g = nx.DiGraph()
+    g.add_edges_from((("gateway", p) for p in pods["gateway"]), kind="has")
+
+    def slow(pod):  # its latency, and the bytes it sends (its own: a unit with no local signal echoes a callee)
+        return [Item(pod, "metric", 0.48, "rrt_max", f"metric rrt_max of {pod}", "latency"),
+                Item(pod, "changepoint", 0.2, "pod_network_transmit_bytes", f"change point of {pod}", "network")]
+
+    together = rank([it for p in sorted(pods["gateway"]) for it in slow(p)], g, pods, set())[0]
+    assert (together.component, together.level) == ("gateway", "service") and together.score >= ABNORMAL
+    alone = rank(slow("gateway-0"), g, pods, set())[0]
+    assert (alone.component, alone.level) == ("gateway-0", "pod") and alone.score == pytest.approx(0.48 + 0.3 * 0.2)
+    assert alone.score < ABNORMAL
+
+
+def test_a_dependency_explains_a_caller_s_trouble_only_of_its_order():
+    """Seen on the same system: among the hundreds of services within two calls of the gateway, one's error ratio
+    was at z 8 by chance, and it explained away the gateway's latency at z 36 (five pods together)."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    pods = {"gateway": {f"gateway-{i}" for i in range(5)}, "leaf": {"leaf-0"}}
+    g = nx.DiGraph()
+    g.add_edge("gateway", "leaf", kind="call", calls=20)
+    g.add_edges_from(((s, p) for s, members in pods.items() for p in members), kind="has")
+    slow = [it for p in sorted(pods["gateway"])
+            for it in (Item(p, "metric", 0.48, "rrt_max", f"metric rrt_max of {p}", "latency"),
+                       Item(p, "changepoint", 0.2, "pod_network_transmit_bytes", f"change point of {p}", "network"))]
+
+    def failing(score):
+        return Item("leaf-0", "metric", score, "error_ratio", "metric error_ratio of leaf", "errors")
+
+    chance = {c.component: c for c in rank([*slow, failing(0.27)], g, pods, set())}
+    assert chance["gateway"].explained_by is None and chance["gateway"].score >= ABNORMAL
+    fault = {c.component: c for c in rank([*slow, failing(0.6)], g, pods, set())}
+    assert fault["gateway"].explained_by == "leaf" and fault["gateway"].score < ABNORMAL
+
+
 def test_a_broker_s_blip_explains_none_of_a_consumer_s_lag_that_held():
     """A consumer's lag is explained as its latency is (by its broker backing up), so it holds as latency does."""
     import networkx as nx
