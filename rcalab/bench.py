@@ -218,19 +218,24 @@ def _wide(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from testbed.bench import wide_run
 
     result = wide_run(scale=settings.scale or 0.01, progress=progress)
-    widest = {k: v for k, v in result.items() if k != "sizes"}
-    return result, [wide_table(result), measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods, "
-                                                      "ranked and scanned", widest)]
+    widest = {k: v for k, v in result.items() if k not in ("sizes", "detect by seed")}
+    return result, [rows_table(f"rcalab bench wide: the load as the cluster widens (scale {result['scale']})",
+                               result["sizes"]),
+                    measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods, ranked", widest),
+                    rows_table(f"rcalab bench wide: detect over {result['pods']:,} pods, three faults of each seed",
+                               result["detect by seed"])]
 
 
-def wide_table(result: dict) -> Table:
-    """Each width's simulate and load beside the floor: seconds and peak memory of each, in processes of their own."""
-    table = Table(title=f"rcalab bench wide: the load as the cluster widens (scale {result['scale']})")
-    columns = list(result["sizes"][0])
+def rows_table(title: str, rows: list[dict]) -> Table:
+    """Rows of one shape, a column each of their keys (each width's simulate and load beside the floor; each seed's
+    detection)."""
+    table = Table(title=title)
+    columns = list(rows[0])
     for col in columns:
         table.add_column(col, justify="right")
-    for size in result["sizes"]:
-        table.add_row(*(f"{size[c]:,}" if isinstance(size[c], int) else f"{size[c]:g}" for c in columns))
+    for row in rows:
+        table.add_row(*(f"{row[c]:,}" if isinstance(row[c], int) else f"{row[c]:g}" if isinstance(row[c], float)
+                        else " ".join(map(str, row[c])) if isinstance(row[c], list) else str(row[c]) for c in columns))
     return table
 
 
