@@ -359,12 +359,14 @@ def _span_table(spans: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology
     order = np.argsort(cols["start"], kind="stable")
     cols = {k: v[order] for k, v in cols.items()}
     cols["sizes"] = rng.integers(8, 400, (len(order), 2))  # each message's, drawn for the hour at once
-    process_tags = _process_tags(topo)
-    return pa.concat_tables([_spans({k: v[at:at + SPANS_AT_ONCE] for k, v in cols.items()}, vocab, trace_hex, topo,
-                                    process_tags) for at in range(0, len(order), SPANS_AT_ONCE)])
+    process = pa.StructArray.from_arrays(  # each pod's, as a span carries it
+        [pa.array([topo.service_of[p] for p in topo.pods]), _process_tags(topo)],
+        fields=list(SPAN_SCHEMA.field("process").type))
+    return pa.concat_tables([_spans({k: v[at:at + SPANS_AT_ONCE] for k, v in cols.items()}, vocab, trace_hex, process)
+                             for at in range(0, len(order), SPANS_AT_ONCE)])
 
 
-def _spans(cols: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology, process_tags: pa.ListArray) -> pa.Table:
+def _spans(cols: dict, vocab: Vocab, trace_hex: np.ndarray, process: pa.StructArray) -> pa.Table:
     n = len(cols["start"])
     start = cols["start"].astype(np.int64)
     dur = cols["dur"].astype(np.int64)
@@ -387,12 +389,8 @@ def _spans(cols: dict, vocab: Vocab, trace_hex: np.ndarray, topo: Topology, proc
     stamps = np.stack([start + 40, start + np.maximum(dur - 10, 1)], 1).ravel()
     events = pa.StructArray.from_arrays([fields, pa.array(stamps)], fields=list(SPAN_SCHEMA.field("logs").type.value_type))
     logs = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * 2), events)
-    pod_idx = pa.array(cols["pod"])
-    process = pa.StructArray.from_arrays(
-        [pa.array([topo.service_of[p] for p in topo.pods]).take(pod_idx), process_tags.take(pod_idx)],
-        fields=list(SPAN_SCHEMA.field("process").type))
     return pa.Table.from_arrays([
         trace_id, span_id, pa.array(np.ones(n)), vocab.take(cols["op"]),
         pa.ListArray.from_arrays(pa.array(ref_offsets), refs), pa.array(start), pa.array(start // 1000),
-        pa.array(dur), tags, logs, process,
+        pa.array(dur), tags, logs, process.take(pa.array(cols["pod"])),
     ], schema=SPAN_SCHEMA)
