@@ -188,8 +188,7 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
             progress(f"wide, {pods:,} pods: simulate")
             size["simulate s"], size["simulate MB"] = _measured(_simulate(tmp, system, cases, scale, seeds[0]))
             progress(f"wide, {pods:,} pods: etl")
-            size["etl s"], size["etl MB"] = _measured(
-                [sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / "store.duckdb")])
+            size["etl s"], size["etl MB"] = _measured(_etl(tmp, "store.duckdb"))
             progress(f"wide, {pods:,} pods: floor")
             least = floor(tmp / "dump", tmp / "floor.duckdb")
             size["floor s"], size["floor MB"] = round(least["wall_seconds"], 1), round(least["peak_mb"])
@@ -204,9 +203,8 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
         out |= {"services": widest["services"], "pods": widest["pods"]}
         for n in (1, 2):  # the widest day on local Dask clusters: its parts are tasks the workers share
             progress(f"wide: etl on {n} worker{'s' * (n > 1)}")
-            out[f"etl s, {n} worker{'s' * (n > 1)}"], _ = _measured(
-                [sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / f"workers-{n}.duckdb"),
-                 "--workers", str(n)])
+            out[f"etl s, {n} worker{'s' * (n > 1)}"], _ = _measured(_etl(tmp, f"workers-{n}.duckdb", "--workers",
+                                                                         str(n)))
         out["speed-up of 2 workers"] = round(out["etl s, 1 worker"] / out["etl s, 2 workers"], 2)
         truth = [json.loads(line) for line in (tmp / "dump" / "groundtruth.jsonl").read_text().splitlines()]
         questions = load_questions(tmp / "dump" / "input.json")
@@ -220,11 +218,12 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
         con.close()
         for seed in seeds:
             progress(f"wide: detect, seed {seed}")
-            day = tmp if seed == seeds[0] else Path(root) / f"seed-{seed}"
-            if seed != seeds[0]:
+            day = tmp
+            if seed != seeds[0]:  # the widest system's faults of another seed
+                day = Path(root) / f"seed-{seed}"
                 day.mkdir()
                 _measured(_simulate(day, tmp / "wide.yaml", cases, scale, seed))
-                _measured([sys.executable, "-m", "rcalab", "etl", str(day / "dump"), "--db", str(day / "store.duckdb")])
+                _measured(_etl(day, "store.duckdb"))
             out["detect by seed"].append({"seed": seed} | _detected(day))
     return out
 
@@ -232,6 +231,10 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
 def _simulate(tmp: Path, system: Path, cases: int, scale: float, seed: int) -> list[str]:
     return [sys.executable, "-m", "rcalab", "simulate", str(tmp / "dump"), "--system", str(system), "--cases",
             str(cases), "--scale", str(scale), "--seed", str(seed), "--hours", str(cases + 1)]
+
+
+def _etl(tmp: Path, db: str, *options: str) -> list[str]:
+    return [sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / db), *options]
 
 
 def _detected(tmp: Path) -> dict:
