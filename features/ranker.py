@@ -102,7 +102,8 @@ def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable
             shown = replicas[it.signal, it.key, it.fell, weight]
             shown[it.component] = max(shown.get(it.component, 0.0), it.blame)
     for (signal, _, _, weight), shown in replicas.items():
-        best[signal] = max(best[signal], together(list(shown.values())) * weight)
+        if len(shown) > 1:  # a lone replica's is its own, already counted
+            best[signal] = max(best[signal], together(list(shown.values())) * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
 
 
