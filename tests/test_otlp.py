@@ -180,3 +180,32 @@ def test_a_scan_reads_the_files_of_one_reader_and_a_cluster_s_exports_each_alone
     sources = [loader.Source(str(p), kind, "", i) for i, (p, kind) in
                enumerate(zip(paths, [kubernetes.KIND, kubernetes.KIND, "metric", "metric"]))]
     assert sorted(map(len, loader.units(otlp, sources))) == [1, 1, 2]
+
+
+def test_a_file_s_first_characters_tell_its_signal_as_duckdb_reading_its_first_line_does(tmp_path, monkeypatch):
+    """Discovery tells most files by their first characters (issue 73: reading each first line with DuckDB took most
+    of a wide dump's discovery); where they tell, it is what DuckDB tells, and where they do not, DuckDB tells."""
+    import duckdb
+
+    from etl.adapters import kubernetes, otlp
+
+    objects = '{"key": "event.domain", "value": {"stringValue": "k8s"}}'
+    texts = {"spans.json": '{"resourceSpans": []}\n',
+             "metrics.jsonl.gz": ' { "resourceMetrics" : [] }\n{"resourceSpans": []}\n',
+             "logs.jsonl": '\n{"resourceLogs": [{"resource": {}}]}\n' + objects + "\n",
+             "objects.jsonl": '{"resourceLogs": [{"attributes": [' + objects + "]}]}",
+             "long.jsonl": '{"resourceLogs": [' + " " * kubernetes.PEEK + '{"attributes": [' + objects + "]}]}\n",
+             "notes.json": '{"not": "telemetry"}\n', "list.json": "[1, 2]\n", "metrics.jsonl.zst": '{"resourceMetrics": []}\n'}
+    for name, text in texts.items():
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else
+                         zstandard.compress(text.encode()) if name.endswith(".zst") else text.encode())
+    con = duckdb.connect()
+    told = {name: otlp.signal(con, tmp_path / name) for name in texts}
+    assert told == {"spans.json": "trace", "metrics.jsonl.gz": "metric", "logs.jsonl": "log",
+                    "objects.jsonl": kubernetes.KIND, "long.jsonl": kubernetes.KIND, "notes.json": None,
+                    "list.json": None, "metrics.jsonl.zst": "metric"}
+    assert {name for name in texts if otlp._peek(tmp_path / name)} == {"spans.json", "metrics.jsonl.gz", "logs.jsonl",
+                                                                        "objects.jsonl"}
+    monkeypatch.setattr(otlp, "_peek", lambda path: None)
+    assert {name: otlp.signal(con, tmp_path / name) for name in texts} == told

@@ -28,6 +28,12 @@ def _open(path: Path):
         open(path, encoding="utf-8", errors="replace")
 
 
+def head(path: Path) -> str:
+    """A plain or gzip file's first PEEK characters."""
+    with _open(path) as f:
+        return f.read(PEEK)
+
+
 SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 
 
@@ -43,11 +49,10 @@ def claim(file: InputFile) -> InputFile:
     if file.kind != "skip" or not file.path.name.endswith(SUFFIXES):
         return file
     try:
-        with _open(file.path) as f:
-            head = f.read(PEEK)
+        first = head(file.path)
     except (OSError, EOFError, UnicodeError):
         return file
-    if COLLECTOR.search(head) or (EXPORT.match(head) and '"kind"' in head):
+    if COLLECTOR.search(first) or (EXPORT.match(first) and '"kind"' in first):
         return InputFile(file.path, KIND)
     return file
 
