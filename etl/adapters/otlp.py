@@ -223,9 +223,9 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
                     {_time('p.timeUnixNano')} as ts, coalesce(p.asDouble, try_cast(p.asInt as double)) as value,
                     it.sum is not null and {CUMULATIVE.format('it.sum.aggregationTemporality')} as cumulative
              from (select *, unnest(coalesce(it.gauge.dataPoints, it.sum.dataPoints)) as p from m)),
-         increases as (
+         increases as (  -- a cumulative sum's; a gauge's points are as they are
              select *, value - lag(value) over (partition by filename, component, metric order by ts) as rise
-             from numbers),
+             from numbers where cumulative),
          buckets as (
              select filename, source, component, component_kind, service, node, {_series('p')} as metric,
                     {_time('p.timeUnixNano')} as ts, coalesce(try_cast(p.count as double), 0) as n,
@@ -245,9 +245,11 @@ def query(con: duckdb.DuckDBPyConnection, file: InputFile) -> Query:
              where dn > 0 and len(b) > 0),
          quantiles as (
              select *, list_position(list_transform(cum, lambda c: c >= {QUANTILE} * dn), true) as k from ranked)
+    select filename, ts, source, component, component_kind, service, node, metric, value from numbers
+    where not cumulative
+    union all
     select filename, ts, source, component, component_kind, service, node, metric,
-           case when cumulative and rise < 0 then value when cumulative then rise else value end as value
-    from increases where not cumulative or rise is not null
+           case when rise < 0 then value else rise end from increases where rise is not null
     union all
     select filename, ts, source, component, component_kind, service, node, metric || '_count', dn from intervals
     where dn is not null and dn >= 0
