@@ -126,7 +126,7 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
         _save(table, folder / "metric-parquet" / "apm" / kind / f"{kind}_{name}_{date}.parquet", summary)
     _save(pa.concat_tables(apm.values()), folder / "metric-parquet" / "apm" / f"pod_ns_{system.namespace}_{date}.parquet",
           summary)
-    for rel, table in infra_tables(day).items():
+    for rel, table in infra_tables(day):
         _save(table, folder / "metric-parquet" / f"{rel}_{date}.parquet", summary)
         summary.metric_rows += table.num_rows
     if progress:
