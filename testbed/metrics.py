@@ -60,7 +60,7 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
             row["error"] = row["server_error"] + row["client_error"]
             row["rrt_max"] = np.where(request > 0, np.maximum(row["rrt"] * rng.uniform(3, 6, MINUTES),
                                                               slowest[:, i] * 1000 * rng.uniform(1.2, 1.6, MINUTES)), 0.0)
-            row = {k: v[day.written] for k, v in row.items()}  # a service's minute is its pods' of that minute
+            row = {k: v[day.written].copy() for k, v in row.items()}  # a service's minute is its pods' of that minute
             by_service[service].append(row)
             out[pod] = _apm_table(times, pod, "pod", row)
     for service, rows in by_service.items():
