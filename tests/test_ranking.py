@@ -451,6 +451,30 @@ def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):
     assert links and all(i.key == "call latency" for i in links)
 
 
+def test_a_slower_call_into_a_peer_of_no_span_of_its_own_is_a_slow_link_into_the_peer(tiny):
+    """A database seen only in its callers' client spans (issue 71: a drawn system's PostgreSQL whose io wait rose
+    was passed over for the one service that calls it): all of such a call's time is between its two ends, so a
+    slower call is a slow link, given to the end all of whose links are slow."""
+    rows = []
+    for i in range(MINUTES):
+        ts = T0 + dt.timedelta(minutes=i)
+        call = 80_000 if during(i) else 2_000
+        for k in range(4):
+            t = f"t-{i}-{k}"
+            rows += [(t, f"{t}-f", None, ts, 8_000 + call, "front", "front-0", "op", "server", None),
+                     (t, f"{t}-fc", f"{t}-f", ts, 6_000 + call, "front", "front-0", "Orders", "client", "orders"),
+                     (t, f"{t}-o", f"{t}-fc", ts, 5_000 + call, "orders", "orders-0", "Orders", "server", None),
+                     (t, f"{t}-oc", f"{t}-o", ts, call, "orders", "orders-0", "SELECT", "client", "postgres")]
+    tiny.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, "
+                         "operation, kind, peer, node, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'node-1', 1)", rows)
+    for service in ("front", "orders"):
+        tiny.place(f"{service}-0", service)
+    con = tiny.done()
+    links = [i for i in traces.collect(con, Window(START, END)) if i.signal == "link"]
+    assert [(i.component, i.peer) for i in links] == [("postgres", "orders")]
+    assert digest(con).candidates[0].component == "postgres"
+
+
 def test_a_call_that_is_slow_because_its_callee_is_slow_is_no_slow_link(tiny):
     # b's calls take 400 ms longer because c does; the gap a -> b grows by a mere 10 ms meanwhile.
     tiny.chain(["a", "b", "c"], slow="b", gap_us=10_000, slower="c", own_us=400_000)

@@ -1,6 +1,7 @@
 """Traces, from `span_self_minute` and `trace_edge_minute`:
 - self time: a service whose spans, less their children, got slower (its own CPU, GC, code);
-- links: the gap of a call (caller span less callee span) that grew and carries most of the call's
+- links: the gap of a call (caller span less callee span; all of a call into a peer that writes no span of its
+  own, a database seen only in its callers' client spans) that grew and carries most of the call's
   slowdown (a callee that got slower itself lengthens the call, not the gap), given to the end whose
   links in that direction are all slow: a network fault on a pod slows all its calls in or out,
   while its peers each have one slow link among healthy ones. Where both ends' links are all slow, the end
@@ -132,6 +133,8 @@ def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
         order by caller, callee""", {**_params(w), "min_calls": min_calls})  # the first of equal links wins, the same one every run
     for e in edges:
         _shares(e, "errors", "calls")
+        if e["gap"] is None and e["gap_before"] is None and not e["answered"] and not e["answered_before"]:
+            e["gap"], e["gap_before"] = e["p95"], e["p95_before"]  # a peer that writes no span of its own
     return edges
 
 
