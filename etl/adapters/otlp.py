@@ -75,7 +75,7 @@ def signal(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     return kubernetes.KIND if kind == "log" and objects else kind
 
 
-FIRST_KEY = re.compile(r'\{\s*"(resourceSpans|resourceMetrics|resourceLogs)"\s*:')
+FIRST_KEY = re.compile(r'\{\s*"(' + "|".join(SIGNALS) + r')"\s*:')  # an export request's one key
 
 
 def _peek(path: Path) -> str | None:
@@ -93,8 +93,8 @@ def _peek(path: Path) -> str | None:
     if not (key := FIRST_KEY.match(text)):
         return None
     line, *rest = text.split("\n", 1)
-    if SIGNALS[key[1]] != "log":
-        return SIGNALS[key[1]]
+    if (kind := SIGNALS[key[1]]) != "log":
+        return kind
     if kubernetes.COLLECTOR.search(line):
         return kubernetes.KIND
     return "log" if rest or len(first) < kubernetes.PEEK else None
