@@ -475,6 +475,23 @@ def test_a_slower_call_into_a_peer_of_no_span_of_its_own_is_a_slow_link_into_the
     assert digest(con).candidates[0].component == "postgres"
 
 
+def test_a_caller_s_own_slower_self_time_is_no_echo_of_its_calls_into_a_peer_of_no_span(tiny):
+    """orders is starved of CPU: its own work takes 100 ms longer, and its client spans into PostgreSQL (which
+    writes no span) 60 ms longer. Those calls' time is in the client spans, never in the self time: no echo."""
+    rows = []
+    for i in range(MINUTES):
+        ts, own, call = T0 + dt.timedelta(minutes=i), 100_000 if during(i) else 5_000, 62_000 if during(i) else 2_000
+        for k in range(4):
+            t = f"t-{i}-{k}"
+            rows += [(t, f"{t}-o", None, ts, own + call, "orders", "orders-0", "Orders", "server", None),
+                     (t, f"{t}-oc", f"{t}-o", ts, call, "orders", "orders-0", "SELECT", "client", "postgres")]
+    tiny.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, "
+                         "operation, kind, peer, node, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'node-1', 1)", rows)
+    tiny.place("orders-0", "orders")
+    selves = [i for i in traces.collect(tiny.done(), Window(START, END)) if i.signal == "self time"]
+    assert [(i.component, i.echo) for i in selves] == [("orders", False)]
+
+
 def test_a_call_that_is_slow_because_its_callee_is_slow_is_no_slow_link(tiny):
     # b's calls take 400 ms longer because c does; the gap a -> b grows by a mere 10 ms meanwhile.
     tiny.chain(["a", "b", "c"], slow="b", gap_us=10_000, slower="c", own_us=400_000)

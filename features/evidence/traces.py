@@ -104,8 +104,8 @@ def collect(con, w: Window) -> list[Item]:
         # Without client spans (Nezha), a caller's self time holds its wait on a slow link: then it is an echo.
         # The self time is measured on the caller's spans, so any of their calls can show the wait, however few.
         rise = s["during"] - s["before"]
-        waits = [e for e in traced if e["caller"] == s["service"] and e["gap"] is not None and e["gap_before"]
-                 and e["gap"] - e["gap_before"] >= 0.5 * rise and e["callee"] != s["service"]]
+        waits = [e for e in traced if e["caller"] == s["service"] and e["callee"] != s["service"] and not e["peer"]
+                 and e["gap"] is not None and e["gap_before"] and e["gap"] - e["gap_before"] >= 0.5 * rise]
         on = f" (waiting on {waits[0]['callee']})" if waits else ""
         items.append(Item(s["service"], "trace", score, "span self time", f"trace self time of {s['service']} p95 "
                           f"{fmt(s['before'] / 1000)} -> {fmt(s['during'] / 1000)} ms{on}", "self time", bool(waits)))
@@ -133,8 +133,11 @@ def call_figures(con, w: Window, min_calls: int = MIN_CALLS) -> list[dict]:
         order by caller, callee""", {**_params(w), "min_calls": min_calls})  # the first of equal links wins, the same one every run
     for e in edges:
         _shares(e, "errors", "calls")
-        if e["gap"] is None and e["gap_before"] is None and not e["answered"] and not e["answered_before"]:
-            e["gap"], e["gap_before"] = e["p95"], e["p95_before"]  # a peer that writes no span of its own
+        # A peer that writes no span of its own: all of a call's time is the link's, and it is in the caller's
+        # client span, never in its self time.
+        e["peer"] = e["gap"] is None and e["gap_before"] is None and not e["answered"] and not e["answered_before"]
+        if e["peer"]:
+            e["gap"], e["gap_before"] = e["p95"], e["p95_before"]
     return edges
 
 
