@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -84,24 +85,25 @@ def local(item: Item) -> bool:
 
 
 def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable: bool = False,
-            slow_alone: bool = False) -> float:
+            slow_alone: bool = False, replicas: Collection[str] = ()) -> float:
     """The strongest signals with falling weights; echoes, and what a dependency (`up`) or a caller (`down`)
     explains, weigh less; so do errors that start here where a dependency is down (`unreachable`): a call to a
     part that is not there fails where it is made, and an untraced part (a database) has no span to fail in. A unit
     that calls nothing (`slow_alone`) waits on nothing: its latency is its own work (its errors may still be what
-    its callers sent it)."""
+    its callers sent it). A metric that moves on several of the `replicas` counts their z together; a service's own
+    series sums its replicas' and is no test of its own."""
     best: dict[str, float] = {}
     upward = (EXPLAINABLE - {"latency"} if slow_alone else EXPLAINABLE) | ({ERROR_ORIGIN} if unreachable else set())
     downward = DOWNWARD | ({LAG} if fed(items) else set())
-    replicas: dict[tuple, dict[str, float]] = defaultdict(dict)  # a metric's z on each component that shows it
+    moved: dict[tuple, dict[str, float]] = defaultdict(dict)  # a metric's z on each replica that shows it
     for it in items:
         explained = ((up or unreachable) and (it.echo or it.signal in upward)) or (down and it.signal in downward)
         weight = (ECHO_WEIGHT if it.echo else 1.0) * (EXPLAINED if explained else 1.0)
         best[it.signal] = max(best.get(it.signal, 0.0), it.blame * weight)
-        if it.kind == "metric" and not it.echo:
-            shown = replicas[it.signal, it.key, it.fell, weight]
+        if it.kind == "metric" and not it.echo and it.component in replicas:
+            shown = moved[it.signal, it.key, it.fell, weight]
             shown[it.component] = max(shown.get(it.component, 0.0), it.blame)
-    for (signal, _, _, weight), shown in replicas.items():
+    for (signal, _, _, weight), shown in moved.items():
         if len(shown) > 1:  # a lone replica's is its own, already counted
             best[signal] = max(best[signal], together(list(shown.values())) * weight)
     return sum(w * s for w, s in zip(WEIGHTS, sorted(best.values(), reverse=True)))
@@ -135,18 +137,18 @@ def strength(item: Item) -> tuple:
     return item.echo, -item.blame, item.kind, item.signal == "traffic", item.text
 
 
-def own(items: list[Item]) -> float:
-    return anomaly([i for i in items if not i.echo])
+def own(items: list[Item], replicas: Collection[str] = ()) -> float:
+    return anomaly([i for i in items if not i.echo], replicas=replicas)
 
 
 def fell(item: Item) -> bool:
     return item.signal == "traffic" and (item.fell or item.kind == "silence") and not item.echo
 
 
-def felt(units: dict[str, list[Item]], traced: set[str]) -> dict[str, float]:
+def felt(units: dict[str, list[Item]], traced: set[str], replicas: Collection[str]) -> dict[str, float]:
     """How anomalous each unit is to its callers: a traced one only by trouble they can feel (the traces would show
     it)."""
-    return {u: own([i for i in its if i.signal in FELT]) if u in traced else own(its) for u, its in units.items()}
+    return {u: own([i for i in its if i.signal in FELT] if u in traced else its, replicas) for u, its in units.items()}
 
 
 def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str, str]) -> set[str]:
@@ -239,13 +241,13 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
             level.setdefault(u, "pod" if u in service_of else "node" if u in nodes else "service")
     cands = {u: Candidate(u, level[u], evidence=sorted(its, key=strength))
              for u, its in units.items()}
-    own_of = {u: own(units[u]) for u in cands}
+    own_of = {u: own(units[u], service_of) for u in cands}
     called = {b for _, b, k in g.edges(data="kind") if k == "call"}
     traced = {u for u in units if service_of.get(u, u) in called}
     # A change explains another only while it holds: a dependency's change that was over within the window (`brief`)
     # explains none of a caller's trouble that held.
-    felt_any, felt_held = felt(units, traced), felt({u: [i for i in its if not i.brief] for u, its in units.items()},
-                                                    traced)
+    felt_any = felt(units, traced, service_of)
+    felt_held = felt({u: [i for i in its if not i.brief] for u, its in units.items()}, traced, service_of)
     # A node explains its pods only when it hosts anomalous pods of two or more services.
     hosted: dict[str, set[str]] = defaultdict(set)
     for u in cands:
@@ -269,7 +271,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
                           down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}) or users,
                           unreachable=any(down(units[d]) for d in deps if d in units and d != u),
-                          slow_alone=c.explained_by is None and leaf(g, u))
+                          slow_alone=c.explained_by is None and leaf(g, u), replicas=service_of)
         if broke - {u} and unfelt(units[u]):
             c.score *= ECHO_WEIGHT
         if c.level == "node" and len(hosted[u]) >= 2:

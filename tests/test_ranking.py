@@ -405,6 +405,22 @@ def test_five_replicas_moving_together_raise_an_incident_where_one_series_with_t
     assert alone.score < ABNORMAL
 
 
+def test_a_service_s_own_series_is_no_replica_of_its_own_beside_the_pod_whose_sum_it_is():
+    """A service's series sums its replicas': where one pod's latency rose, the service's rose with it, and the two
+    are one test, not two moving together (the pod keeps its own z, not a stronger one)."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    pods = {"gateway": {f"gateway-{i}" for i in range(3)}}
+    g = nx.DiGraph()
+    g.add_edges_from((("gateway", p) for p in pods["gateway"]), kind="has")
+    items = [Item(c, "metric", 0.48, "rrt_max", f"metric rrt_max of {c}", "latency") for c in ("gateway-0", "gateway")]
+    items.append(Item("gateway-0", "changepoint", 0.2, "pod_network_transmit_bytes", "change point", "network"))
+    first = rank(items, g, pods, set())[0]
+    assert (first.component, first.score) == ("gateway-0", pytest.approx(0.48 + 0.3 * 0.2))
+
+
 def test_a_dependency_explains_a_caller_s_trouble_only_of_its_order():
     """Seen on the same system: among the hundreds of services within two calls of the gateway, one's error ratio
     was at z 8 by chance, and it explained away the gateway's latency at z 36 (five pods together)."""
