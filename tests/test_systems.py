@@ -416,6 +416,29 @@ def test_the_requests_a_code_fault_fails_are_errors_in_the_metrics_as_in_the_spa
     assert ratio("web", "client_error", before) < 1 and 25 < ratio("web", "client_error", during) < 45
 
 
+@pytest.mark.parametrize("kind", ["network delay", "network loss", "network corrupt"])
+def test_a_network_fault_on_the_entry_which_only_users_call_slows_or_fails_its_calls(kind, tmp_path):
+    """Seen on a drawn system: a network fault on the entry's own network degraded the links into it, of which the
+    entry has none, and left no trace while its truth named the entry's response time. Its calls out meet it."""
+    from testbed.workload import expected_latency
+
+    topo = Topology.build(0, load(write(tmp_path, SHOP)))
+    day = build_day(dt.date(2025, 6, 6), topo, 0)
+    during, before = slice(600, 660), slice(300, 560)
+    FAULTS[kind].apply(day, Target("service", tuple(topo.pods_of("web"))), during, np.random.default_rng(0))
+    ms, err, _ = expected_latency(day)
+    web = [topo.index(p) for p in topo.pods_of("web")]
+    assert ms[during][:, web].mean() > 20 * ms[before][:, web].mean() or err[during][:, web].mean() > 0.2
+
+
+def test_a_service_that_only_takes_messages_is_no_network_fault_s_target(tmp_path):
+    """billing and mailer only consume from the queue: no call goes into or out of them that a network fault could
+    slow, so a schedule never names them for one (a fault that leaves no trace under a truth that names it)."""
+    topo = Topology.build(0, load(write(tmp_path, changed(SHOP, "faults", {"network loss": ["service"]}))))
+    named = {topo.service_of[t.pods[0]] for t in FAULTS["network loss"].candidates(topo)}
+    assert named == {"web", "catalog", "orders"}
+
+
 def test_a_system_written_only_for_the_test_simulates_loads_and_ranks(shop_store):
     db, dump, cases = shop_store
     con = store.connect(db, read_only=True)

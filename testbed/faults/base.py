@@ -89,7 +89,9 @@ class Fault:
             elif spec == "link":
                 out += [Target("service", edge=edge) for edge in links(system)]
             else:
-                comps = [c.name for c in system.components.values() if matches(c, spec) and can(self, c)]
+                # a network fault acts on a service's links: one that only takes messages has none
+                comps = [c.name for c in system.components.values() if matches(c, spec) and can(self, c)
+                         and ("link" not in self.acts_on or system.callers(c.name) or system.callees(c.name))]
                 out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
                 # a network fault acts on a service's links, and the cluster's on a workload's spec: not on one pod
                 if "link" not in self.acts_on and not self.cluster:

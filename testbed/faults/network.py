@@ -21,11 +21,13 @@ _FRONT_TRACE = [{"type": "trace", "subtype": "latency_anomalies", "keyword": ["{
 
 
 def _links(topo: Topology, target: Target) -> list[tuple[str, str]]:
-    """The caller -> callee links a network fault degrades: its link, or every link into its service."""
+    """The caller -> callee links a network fault degrades: its link, or every link into its service; the entry,
+    which only its users call, meets the fault on every call it makes (its users' link is not simulated)."""
     if target.edge:
         return [target.edge]
     service = topo.service_of[target.pods[0]]
-    return [(caller, service) for caller in topo.system.callers(service)]
+    return ([(caller, service) for caller in topo.system.callers(service)]
+            or [(service, callee) for callee in topo.system.callees(service)])
 
 
 def _link(day: Day, target: Target, sl: slice, ms: float, err: float, kind: str | tuple[str, ...], net_mult: float,
