@@ -462,6 +462,41 @@ def test_a_consumers_lag_is_the_consumers_or_the_producers_whichever_holds(shop_
     assert errors < 5  # a stall fails nothing
 
 
+def test_every_fault_a_drawn_system_applies_acts_on_every_target_it_may_draw(tmp_path):
+    """A fault that changes nothing on a target a schedule may draw leaves a case no method can answer, under a truth
+    that names it (a network fault on the entry, which only users call, once did). Each fault, on each target, in a
+    window of its own: something in that window must change (a series, a link, a log burst, a code break, the
+    cluster's state)."""
+    from testbed import faults
+    from testbed.drawn import draw
+    from testbed.system import dump
+
+    def seen(day, sl):
+        series = [day.load, day.own_factor, day.own_extra_ms, day.own_err, day.unreachable, day.unrouted, day.traffic,
+                  *day.pod_kpi.values(), *day.node_kpi.values(), *(a for k in day.db_kpi.values() for a in k.values()),
+                  *day.edge_ms.values(), *day.edge_err.values(), *day.lag_ms.values()]
+        return ([float(np.abs(a[sl].astype(float)).sum()) for a in series], len(day.bursts),
+                sum(map(len, day.breaks.values())), len(day.cluster), len(day.edge_err_kind))
+
+    idle = []
+    for seed in range(8):
+        path = tmp_path / f"drawn-{seed}.yaml"
+        path.write_text(dump(draw(seed)))
+        system = load(path)
+        topo, used = Topology.build(0, system), 40
+        for name in faults.fault_types(system):
+            fault = faults.get(name, system)
+            for target in fault.candidates(topo):
+                if used == 40:  # a day holds 40 windows
+                    day, used = build_day(dt.date(2025, 6, 6), topo, 0), 0
+                sl, used = slice(60 + 30 * used, 80 + 30 * used), used + 1
+                before = seen(day, sl)
+                fault.apply(day, target, sl, np.random.default_rng(0))
+                if seen(day, sl) == before:
+                    idle.append((seed, name, target.edge or target.node or target.pods[0]))
+    assert not idle
+
+
 def test_train_tickets_calls_are_those_of_its_real_days():
     system = load("trainticket")
     described = {(c, d) for c, d in system.calls() if system.components[d].traced}
