@@ -85,7 +85,7 @@ def local(item: Item) -> bool:
 
 
 def anomaly(items: list[Item], up: bool = False, down: bool = False, unreachable: bool = False,
-            slow_alone: bool = False, replicas: Collection[str] = ()) -> float:
+            slow_alone: bool = False, *, replicas: Collection[str]) -> float:
     """The strongest signals with falling weights; echoes, and what a dependency (`up`) or a caller (`down`)
     explains, weigh less; so do errors that start here where a dependency is down (`unreachable`): a call to a
     part that is not there fails where it is made, and an untraced part (a database) has no span to fail in. A unit
@@ -137,7 +137,7 @@ def strength(item: Item) -> tuple:
     return item.echo, -item.blame, item.kind, item.signal == "traffic", item.text
 
 
-def own(items: list[Item], replicas: Collection[str] = ()) -> float:
+def own(items: list[Item], replicas: Collection[str]) -> float:
     return anomaly([i for i in items if not i.echo], replicas=replicas)
 
 
@@ -225,7 +225,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
     for service, pods in pods_of.items():
         if len(pods) < 2:
             continue
-        owns = {p: own(units[p]) for p in pods if p in units}
+        owns = {p: own(units[p], service_of) for p in pods if p in units}
         strongest = max(owns.values(), default=0.0)
         hit = [p for p, o in owns.items() if o >= CARRIES * strongest] if strongest >= ANOMALOUS else []
         if len(hit) == 1:
