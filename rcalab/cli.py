@@ -72,7 +72,7 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt, clus
               help="The benchmarks page whose section of WHAT the tables rewrite.")
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True),
               help="Volume of simulated traces and logs (default: 1.0, a real day; scale: 0.25; rank, diagnose: 0.1; "
-                   "detect: 0.05; store, wide, load: 0.01).")
+                   "detect: 0.05; systems: 0.02; store, wide, load: 0.01).")
 @click.option("--nezha", type=click.Path(path_type=Path, file_okay=False), default=Path("../shared/nezha-trainticket"),
               show_default=True, help="etl: also measure the real Train Ticket day found here.")
 @click.option("--sample", type=click.IntRange(min=1), default=2, show_default=True,
@@ -95,8 +95,10 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt, clus
 @click.option("--system", "systems", multiple=True,
               help="testbed, rank, diagnose, detect: the systems to simulate (a shipped name or a description file; "
                    "default: every shipped system).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="systems: measure this many systems at once, each in a process of its own.")
 @reports_errors
-def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, cases, systems):
+def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, cases, systems, workers):
     """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.
 
     testbed times one simulated day (and a day of each system at 0.01) and checks the fault signatures of each
@@ -120,7 +122,7 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
     from testbed.system import shipped_names
 
     settings = Settings(out, scale, nezha, sample, schedule, list(real), random, list(systems) or shipped_names(), seed,
-                        cases)
+                        cases, workers)
     with working(what) as update:
         tables = run(what, settings, page, update)
     for table in tables:

@@ -62,7 +62,7 @@ def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables
 
 def test_a_bench_keeps_each_store_s_result_as_it_ends_so_a_rerun_measures_only_those_it_lacks(tmp_path, monkeypatch):
     """bench systems (and rank, detect) after an interruption: the systems whose results the same code kept are not
-    measured again; another code's, or another schedule's, are."""
+    measured again, also by workers of their own; another code's, or another schedule's, are."""
     import features.bench
     import rcalab.bench
     from rcalab.bench import Settings, measure
@@ -88,8 +88,10 @@ def test_a_bench_keeps_each_store_s_result_as_it_ends_so_a_rerun_measures_only_t
     assert ranked[2:] == ["drawn-3001 random"] and again == first
     assert tables[0].row_count == 3  # a row a system and all of them pooled
     monkeypatch.setattr(rcalab.bench, "code", lambda: "changed")  # another code's results are not reused
-    measure("systems", settings)
+    changed, _ = measure("systems", settings)
     assert ranked[3:] == ["drawn-3000 random", "drawn-3001 random"]
+    # measured two at once, in processes of their own, which find what this one kept
+    assert measure("systems", Settings(tmp_path, random=2, seed=3, workers=2))[0] == changed and len(ranked) == 5
     schedule = tmp_path / "schedule.jsonl"
     schedule.write_text("{}\n")
     replays = {"day": features.bench.Replay(schedule)}
