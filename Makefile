@@ -44,7 +44,7 @@ bench: setup
 	$(BIN)/rcalab bench store --out bench/results
 	$(BIN)/rcalab bench wide --out bench/results
 	$(BIN)/rcalab bench load --out bench/results
-	$(BIN)/rcalab bench rank --out bench/results
+	$(BIN)/rcalab bench rank --workers 2 --out bench/results
 	$(BIN)/rcalab bench systems --random 10 --seed 1 --workers 2 --out bench/results
 	$(BIN)/rcalab bench detect --out bench/results
 	$(BIN)/rcalab bench diagnose --out bench/results

@@ -17,11 +17,12 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from scipy.stats import mannwhitneyu
 
-from common.tasks import local_cluster
+from common.tasks import cluster, local_cluster, run_tasks
 from etl import store
 from etl.cases import write_cases
 
@@ -38,6 +39,7 @@ DETECT_RANDOM = 12  # random cases a detection benchmark replays: half a day, a 
 # quiet hour holds too few traces and failing calls for the observations a real dump shows.
 REPLAY_SCALE = 0.1
 FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than this after a fault's start missed it
+STORE_SECONDS = 4 * 3600.0  # a bench's store (simulated, loaded and measured) past this is stuck
 ON_TIME = dt.timedelta(minutes=5)  # an operator's patience: an incident that starts this soon after its fault
 
 _CHILD = """
@@ -350,10 +352,11 @@ def labelled_stores(tmp: Path, replays: dict[str, Replay], real: list[Path], sca
 
 
 def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
-        progress=lambda what: None, measure=None, keep: Path | None = None, code: str = "") -> dict:
-    """`measure` (by default `ranking`; or `detection`) on each labelled store. With `keep`, each store's result is
-    saved there as it ends, and a rerun by the same `code` (at the same scale and seed, of the same schedule) measures
-    only the stores it lacks: an interrupted run goes on where it stopped."""
+        progress=lambda what: None, measure=None, keep: Path | None = None, code: str = "", workers: int = 1) -> dict:
+    """`measure` (by default `ranking`; or `detection`) on each labelled store, `workers` stores at once (tasks on a
+    local Dask cluster, a process each). With `keep`, each store's result is saved there as it ends, and a rerun by
+    the same `code` (at the same scale and seed, of the same schedule) measures only the stores it lacks: an
+    interrupted run goes on where it stopped."""
     measure = measure or ranking
     names = [*replays, *(Path(p).name for p in real)]
     saved, tags, result = {}, {}, {}
@@ -367,16 +370,29 @@ def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCAL
         kept = json.loads(path.read_text()) if path.is_file() else {}
         if kept.get("tag") == tags[name]:
             result[name] = kept["result"]
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, db, input_json, truth in labelled_stores(
-                Path(tmp), {n: r for n, r in replays.items() if n not in result},
-                [p for p in real if Path(p).name not in result], scale, seed, progress):
-            progress(f"{measure.__name__}: {name}")
-            result[name] = measure(db, input_json, truth)
-            if keep:
-                keep.mkdir(parents=True, exist_ok=True)
-                saved[name].write_text(json.dumps({"tag": tags[name], "result": result[name]}, indent=2) + "\n")
+    todo = [({n: r}, []) for n, r in replays.items() if n not in result]
+    todo += [({}, [p]) for p in real if Path(p).name not in result]
+    one = partial(_measured, scale=scale, seed=seed, measure=measure)
+    with cluster(workers if workers > 1 else None, None) as client:
+        for _, got in run_tasks(one if client else partial(one, progress=progress), todo, client, STORE_SECONDS):
+            for name, figures in got.items():
+                result[name] = figures
+                if keep:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    saved[name].write_text(json.dumps({"tag": tags[name], "result": figures}, indent=2) + "\n")
+            progress(f"{sum(n in result for n in names)} of {len(names)} stores measured, {workers} at once")
     return {name: result[name] for name in names if name in result}
+
+
+def _measured(store: tuple[dict[str, Replay], list[Path]], scale: float, seed: int, measure,
+              progress=lambda what: None) -> dict:
+    """`measure` on one labelled store (a replay or a real dump; none where its schedule is missing), in a folder
+    of its own that is gone when it ends."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, db, input_json, truth in labelled_stores(Path(tmp), *store, scale, seed, progress):
+            progress(f"{measure.__name__}: {name}")
+            return {name: measure(db, input_json, truth)}
+    return {}
 
 
 def detection(db: Path, input_json: Path, truth: Path) -> dict:

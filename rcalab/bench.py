@@ -34,7 +34,7 @@ class Settings:
     systems: list[str] = field(default_factory=list)
     seed: int = 1  # systems: which systems are drawn
     cases: Path | None = None  # cluster: Cloud-OpsBench's case folders
-    workers: int = 1  # systems: systems measured at once, each in a process of its own
+    workers: int = 1  # rank, systems, detect: stores measured at once, on a local Dask cluster
 
 
 def cell(text) -> str:
@@ -93,7 +93,7 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
 
     result = run(_replays(settings, settings.random, kubernetes=True), settings.real,
                  scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked, keep=settings.out / "rank",
-                 code=code())
+                 code=code(), workers=settings.workers)
     return result, [rank_table(result), baselines_table(result), answers_table(result)]
 
 
@@ -121,42 +121,26 @@ def code() -> str:
 def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
     """`bench rank` on systems nobody here chose: `random` descriptions drawn from the schema's space (seeds
     1000 x SEED + k, saved beside the results), a random schedule of each, SYSTEM_CASES cases of every fault type;
-    `workers` of them at once. Each system's result is kept as it ends: a rerun by the same code measures only the
+    `workers` systems at once. Each system's result is kept as it ends: a rerun by the same code measures only the
     systems it lacks."""
-    from concurrent.futures import ProcessPoolExecutor
-    from contextlib import nullcontext
-    from functools import partial
-    from multiprocessing import get_context
-
-    seeds = range(1000 * settings.seed, 1000 * settings.seed + settings.random)
-    measure = partial(_drawn, out=settings.out, scale=settings.scale or SYSTEMS_SCALE, version=code())
-    result = {}
-    with (ProcessPoolExecutor(settings.workers, mp_context=get_context("spawn")) if settings.workers > 1
-          else nullcontext()) as pool:
-        progress(f"systems: 0 of {len(seeds)} measured, {settings.workers} at once")
-        ones = pool.map(measure, seeds) if pool else map(partial(measure, progress=progress), seeds)
-        for done, one in enumerate(ones, 1):
-            result |= one
-            progress(f"systems: {done} of {len(seeds)} measured, {settings.workers} at once")
-    return result, [systems_table(result), baselines_table(result)]
-
-
-def _drawn(seed: int, out: Path, scale: float, version: str, progress=lambda what: None) -> dict:
-    """`bench systems` on the system drawn with `seed`."""
     from features.bench import ranking, run
     from testbed.drawn import draw
     from testbed.system import dump, load
 
-    folder = out / "systems"
+    folder = settings.out / "systems"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"drawn-{seed}.yaml"
-    path.write_text(dump(draw(seed)))
-    system = load(path)
-    one = run(_replays(Settings(out, systems=[str(path)]), SYSTEM_CASES), [], scale=scale, progress=progress,
-              measure=ranking, keep=folder, code=version)
-    for r in one.values():
-        r |= {"components": len(system.components), "pods": sum(c.replicas for c in system.components.values())}
-    return one
+    systems = {}
+    for seed in range(1000 * settings.seed, 1000 * settings.seed + settings.random):
+        path = folder / f"drawn-{seed}.yaml"
+        path.write_text(dump(draw(seed)))
+        systems[path] = load(path)
+    replays = _replays(Settings(settings.out, systems=[str(path) for path in systems]), SYSTEM_CASES)
+    result = run(replays, [], scale=settings.scale or SYSTEMS_SCALE, progress=progress, measure=ranking, keep=folder,
+                 code=code(), workers=settings.workers)
+    for path, system in systems.items():
+        result[f"{path.stem} random"] |= {"components": len(system.components),
+                                          "pods": sum(c.replicas for c in system.components.values())}
+    return result, [systems_table(result), baselines_table(result)]
 
 
 def _cluster(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -182,7 +166,7 @@ def _detect(settings: Settings, progress) -> tuple[dict, list[Table]]:
     if settings.random:  # half a day of each system, a random fault an hour; and of the cluster's own faults
         days |= _replays(Settings(settings.out, systems=settings.systems), DETECT_RANDOM, DETECT_RANDOM, "half day",
                          kubernetes=True)
-    keep = {"keep": settings.out / "detect", "code": code()}
+    keep = {"keep": settings.out / "detect", "code": code(), "workers": settings.workers}
     result = run(days, settings.real, scale=settings.scale or 0.05, seed=7, progress=progress, measure=detection,
                  **keep)
     if "hipstershop" in settings.systems:  # the day's volume of a real system: the scan's time

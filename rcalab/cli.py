@@ -96,7 +96,8 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt, clus
               help="testbed, rank, diagnose, detect: the systems to simulate (a shipped name or a description file; "
                    "default: every shipped system).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="systems: measure this many systems at once, each in a process of its own.")
+              help="rank, systems, detect: measure this many stores (a system's schedule, a real day) at once, on a "
+                   "local Dask cluster (detect's seconds then count the others' load).")
 @reports_errors
 def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, cases, systems, workers):
     """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.

@@ -99,3 +99,25 @@ def test_a_bench_keeps_each_store_s_result_as_it_ends_so_a_rerun_measures_only_t
     schedule.write_text("{}\n{}\n")  # another schedule under the same name
     features.bench.run(replays, [], measure=ranking, keep=tmp_path / "kept", code="1")
     assert ranked[5:] == ["day", "day"]
+
+
+def test_stores_measured_at_once_each_in_a_process_of_its_own_give_what_one_at_a_time_gives(tmp_path):
+    """`bench rank --workers 2`: two replays, each a real simulated store, ranked on a local Dask cluster of two; their
+    results kept as they end, and what one process measures of the same stores."""
+    import json
+
+    from features.bench import Replay, ranking, run
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "challenge2025" / "groundtruth-phaseone.jsonl"
+    replays = {}
+    for k, line in enumerate(shared.read_text().splitlines()[:2]):
+        (tmp_path / f"{k}.jsonl").write_text(line + "\n")
+        replays[f"case {k}"] = Replay(tmp_path / f"{k}.jsonl")
+    both = run(replays, [], scale=0.005, measure=ranking, keep=tmp_path / "kept", code="1", workers=2)
+    assert sorted(both) == ["case 0", "case 1"] and all(r["cases"] == 1 for r in both.values())
+    assert {p.name for p in (tmp_path / "kept").iterdir()} == {"ranking-case-0.json", "ranking-case-1.json"}
+    one = run(replays, [], scale=0.005, measure=ranking)
+    digest_times = ("digest_seconds_mean", "digest_seconds_max")
+    assert [{k: v for k, v in r.items() if k not in digest_times} for r in both.values()] == \
+           [{k: v for k, v in r.items() if k not in digest_times} for r in one.values()]
+    assert json.loads((tmp_path / "kept" / "ranking-case-0.json").read_text())["result"] == both["case 0"]
