@@ -20,8 +20,9 @@ def _times(day: Day) -> pa.Array:
     return pa.array(start + np.arange(MINUTES)[day.written] * np.timedelta64(60, "s"), pa.timestamp("ns", tz="UTC"))
 
 
-def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random.Generator) -> dict[str, pa.Table]:
-    """One APM table per pod and per service (name -> table), services last; `expected` is the day's
+def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random.Generator
+               ) -> Iterator[tuple[str, pa.Table]]:
+    """One APM table per pod, as each is made, then one per service: (name, table); `expected` is the day's
     `expected_latency`. A minute's rrt_max is its slowest requests': a few times its mean, or its slowest
     operation's time with its tail, whichever is longer."""
     topo = day.topo
@@ -31,9 +32,9 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
     times = _times(day)
     traced = [c.name for c in system.components.values() if c.apm]
     own_err = own_failures(day)
-    out: dict[str, pa.Table] = {}
-    by_service: dict[str, list[dict]] = {s: [] for s in traced}
+    services: dict[str, pa.Table] = {}  # a service's minute is its pods' of that minute
     for service in traced:
+        rows = []
         pods = topo.pods_of(service)
         idx = [topo.index(p) for p in pods]
         # Clients still try an unreachable pod and each try fails there (DeepFlow counts it, as a client error),
@@ -60,17 +61,15 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
             row["error"] = row["server_error"] + row["client_error"]
             row["rrt_max"] = np.where(request > 0, np.maximum(row["rrt"] * rng.uniform(3, 6, MINUTES),
                                                               slowest[:, i] * 1000 * rng.uniform(1.2, 1.6, MINUTES)), 0.0)
-            row = {k: v[day.written].copy() for k, v in row.items()}  # a service's minute is its pods' of that minute
-            by_service[service].append(row)
-            out[pod] = _apm_table(times, pod, "pod", row)
-    for service, rows in by_service.items():
+            rows.append({k: v[day.written].copy() for k, v in row.items()})
+            yield pod, _apm_table(times, pod, "pod", rows[-1])
         total = {k: sum(r[k] for r in rows) for k in APM_COUNTS}
         weights = np.array([r["request"] for r in rows], float)
         rrt = np.array([r["rrt"] for r in rows])
         total["rrt"] = np.where(weights.sum(0) > 0, (rrt * weights).sum(0) / np.maximum(weights.sum(0), 1), 0.0)
         total["rrt_max"] = np.max([r["rrt_max"] for r in rows], axis=0)
-        out[service] = _apm_table(times, service, "service", total)
-    return out
+        services[service] = _apm_table(times, service, "service", total)
+    yield from services.items()
 
 
 def _apm_table(times: pa.Array, object_id: str, object_type: str, row: dict) -> pa.Table:

@@ -117,15 +117,15 @@ def _write_day(day: Day, folder: Path, scale: float, seed: int, summary: Summary
     system = day.topo.system
     rng = np.random.default_rng([seed, day.date.toordinal(), 6])
     expected = expected_latency(day)
-    apm = apm_tables(day, expected, rng)
     entry = [day.topo.index(p) for p in day.topo.pods_of(system.entry)]
     entry_err = expected[1][:, entry]
     untraced = (system.requests_per_minute - system.traces_per_minute) * scale
-    for name, table in apm.items():
-        kind = "service" if name in system.components else "pod"
-        _save(table, folder / "metric-parquet" / "apm" / kind / f"{kind}_{name}_{date}.parquet", summary)
-    _save(pa.concat_tables(apm.values()), folder / "metric-parquet" / "apm" / f"pod_ns_{system.namespace}_{date}.parquet",
-          summary)
+    # Each table in a file of its own and all of them in the namespace's, never all held at once.
+    with _Appended(folder / "metric-parquet" / "apm" / f"pod_ns_{system.namespace}_{date}.parquet", summary) as every:
+        for name, table in apm_tables(day, expected, rng):
+            kind = "service" if name in system.components else "pod"
+            _save(table, folder / "metric-parquet" / "apm" / kind / f"{kind}_{name}_{date}.parquet", summary)
+            every.add(table)
     for rel, table in infra_tables(day):
         _save(table, folder / "metric-parquet" / f"{rel}_{date}.parquet", summary)
         summary.metric_rows += table.num_rows
@@ -162,6 +162,46 @@ def _save(table: pa.Table, path: Path, summary: Summary) -> None:
     os.replace(tmp, path)
     summary.files += 1
     summary.bytes += path.stat().st_size
+
+
+class _Appended:
+    """A parquet file written a row group at a time from the tables added, atomically as `_save` writes."""
+
+    ROWS = 2**20  # a row group's rows, as `pq.write_table` groups them
+
+    def __init__(self, path: Path, summary: Summary):
+        self.path, self.tmp, self.summary = path, path.with_name(path.name + ".tmp"), summary
+        self.tables: list[pa.Table] = []
+        self.writer: pq.ParquetWriter | None = None
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        if sum(t.num_rows for t in self.tables) >= self.ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.tables:
+            return
+        if self.writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(self.tmp, self.tables[0].schema, compression="snappy")
+        self.writer.write_table(pa.concat_tables(self.tables), row_group_size=self.ROWS)
+        self.tables = []
+
+    def __enter__(self) -> "_Appended":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None:
+            self._flush()
+        if self.writer is not None:
+            self.writer.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+                self.summary.files += 1
+                self.summary.bytes += self.path.stat().st_size
+            else:
+                self.tmp.unlink(missing_ok=True)
 
 
 def _check_writable(out: Path) -> None:

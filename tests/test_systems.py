@@ -407,7 +407,7 @@ def test_the_requests_a_code_fault_fails_are_errors_in_the_metrics_as_in_the_spa
     during, before = slice(600, 660), slice(300, 560)
     catalog = Target("service", tuple(topo.pods_of("catalog")))
     FAULTS["operation failure"].apply(day, catalog, during, np.random.default_rng(0), operation="List", share=0.5)
-    tables = apm_tables(day, expected_latency(day), np.random.default_rng(0))
+    tables = dict(apm_tables(day, expected_latency(day), np.random.default_rng(0)))
 
     def ratio(component, kind, minutes):  # percent of the component's requests, over the minutes
         return tables[component].column(f"{kind}_ratio").to_numpy()[minutes].mean()
