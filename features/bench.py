@@ -270,14 +270,15 @@ def _add(ac: list[float], found: list[bool]) -> None:
 
 
 def ranking(db: Path, input_json: Path, truth: Path, each=lambda question, digest: None) -> dict:
-    """Top-1 / top-3 overall and per fault type, and digest seconds, for every case of a store. A hit names the
+    """Top-1 / top-3 overall and per fault type, digest seconds, and the cases missed at top-1 (what the first
+    candidate named instead), for every case of a store. A hit names the
     truth's service or one of its pods; top-1 exact names the very instance (the pod of a pod fault, the service
     of a service fault), as the challenge's LA counts it. `each` sees every case's digest (an agent answering
     from it)."""
     rows = {r["uuid"]: r for r in map(json.loads, Path(truth).read_text().splitlines())}
     con = store.connect(db, read_only=True)
     per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # cases, top-1, top-3, top-1 at its level
-    seconds = []
+    seconds, missed = [], []
     # AC@1..AC@5 of rcalab, of RCAEval's baselines where installed, and of chance, summed over the cases
     ac: dict[str, list[float]] = defaultdict(lambda: [0.0] * baselines.K)
     try:
@@ -294,6 +295,10 @@ def ranking(db: Path, input_json: Path, truth: Path, each=lambda question, diges
             counts[1] += any(found[:1])
             counts[2] += any(found[:3])
             counts[3] += bool(digest.candidates) and digest.candidates[0].component in names(row)
+            if not any(found[:1]):
+                missed.append({"uuid": q.uuid, "fault_type": row["fault_type"], "instance": row["instance"],
+                               "start": q.start.isoformat(),
+                               "named instead": [c.component for c in digest.candidates[:1]]})
             _add(ac["rcalab"], found)
             if baselines.methods():
                 wide, units = baselines.frame(con, q)
@@ -315,7 +320,8 @@ def ranking(db: Path, input_json: Path, truth: Path, each=lambda question, diges
                          "Avg@5": round(sum(v) / baselines.K / n, 3)} for who, v in ac.items()},
             "digest_seconds_mean": round(sum(seconds) / n, 3), "digest_seconds_max": round(max(seconds), 3),
             "per_type": {t: {"cases": c[0], "top1": round(c[1] / c[0], 3), "top3": round(c[2] / c[0], 3),
-                             "top1_exact": round(c[3] / c[0], 3)} for t, c in sorted(per.items())}}
+                             "top1_exact": round(c[3] / c[0], 3)} for t, c in sorted(per.items())},
+            "missed": missed}
 
 
 @dataclass(frozen=True)

@@ -94,9 +94,11 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
     result = run(_replays(settings, settings.random, kubernetes=True), settings.real,
                  scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked, keep=settings.out / "rank",
                  code=code(), workers=settings.workers)
-    return result, [rank_table(result), baselines_table(result), answers_table(result)]
+    return result, [rank_table(result), baselines_table(result), answers_table(result),
+                    missed_table(result, *RANK_MISSED)]
 
 
+RANK_MISSED = ("cases not named first", "named instead: the first candidate")
 SYSTEM_CASES = 5  # bench systems: cases of every fault type a drawn system applies
 # bench systems' scale. A drawn system of 140 pods writes 40 MB an hour at 0.1, and its five cases of every fault type
 # take 90 minutes there; at 0.02 a third of that. Its metrics, which volume leaves as they are, carry most faults:
@@ -140,7 +142,7 @@ def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
     for path, system in systems.items():
         result[f"{path.stem} random"] |= {"components": len(system.components),
                                           "pods": sum(c.replicas for c in system.components.values())}
-    return result, [systems_table(result), baselines_table(result)]
+    return result, [systems_table(result), baselines_table(result), missed_table(result, *RANK_MISSED)]
 
 
 def _cluster(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -405,8 +407,10 @@ def detect_table(result: dict) -> Table:
     return table
 
 
-def missed_table(result: dict) -> Table:
-    table = Table(title="faults not found and named", caption="named instead: the incidents' answers over the fault")
+def missed_table(result: dict, title: str = "faults not found and named",
+                 caption: str = "named instead: the incidents' answers over the fault") -> Table:
+    """The cases a set missed, with what was named instead (detect's incidents' answers; rank's first candidate)."""
+    table = Table(title=title, caption=caption)
     for column in ("set", "fault type", "cause", "start", "named instead"):
         table.add_column(column)
     for name, figures in result.items():
