@@ -592,3 +592,19 @@ def test_a_network_fault_on_a_whole_service_simulates(tmp_path):
     link it assumed (a description drawn at random applied it first)."""
     case, con = one_hour(tmp_path, changed(SHOP, "faults/network corrupt", ["service"]), "network corrupt")
     assert case.target.edge is None and con.execute("select count(*) from spans").fetchone()[0] > 0
+
+
+def test_a_broker_that_declares_no_series_of_its_backlog_holds_it_in_its_pods_memory(tmp_path):
+    """A queue backs up in the broker's process. Where its description declares no series of its waiting messages
+    (a stranger's RabbitMQ may declare none), its pods' memory and disk writes swell with the backlog: the broker
+    shows a change of its own beside its consumers' lag, which drawn-1002's queue overloads did not."""
+    system = load(write(tmp_path, SHOP))
+    topo = Topology.build(0, system)
+    day = build_day(dt.date(2025, 6, 6), topo, 0)
+    broker = Target("service", tuple(topo.pods_of("queue")))
+    idx = [topo.index(p) for p in broker.pods]
+    during, before = slice(600, 660), slice(300, 560)
+    FAULTS["queue overload"].apply(day, broker, during, np.random.default_rng(0))
+    for kpi in ("pod_memory_working_set_bytes", "pod_fs_writes_bytes"):
+        series = day.pod_kpi[kpi][:, idx]
+        assert series[during].mean() > 1.5 * series[before].mean()

@@ -40,11 +40,17 @@ def _lag(day: Day, consumers: list[str], sl: slice, wait_ms: np.ndarray) -> None
 
 def _broker_swells(day: Day, broker: str, sl: slice, backlog: np.ndarray, messages: float) -> None:
     """A broker whose queues back up: its messages waiting (role `lag`) swell with the backlog, and those it takes
-    in (role `messages`) by `messages` times."""
-    for series in own_series(day, broker, "lag"):
+    in (role `messages`) by `messages` times. A broker that declares no series of its waiting messages still holds
+    them, in its process: its pods' memory and disk writes swell instead."""
+    waiting = own_series(day, broker, "lag")
+    for series in waiting:
         series[sl] *= 1 + 100 * backlog
     for series in own_series(day, broker, "messages"):
         series[sl] *= 1 + messages * backlog
+    if not waiting:
+        idx = indices(day, day.topo.pods_of(broker))
+        for kpi in ("pod_memory_working_set_bytes", "pod_fs_writes_bytes"):
+            day.pod_kpi[kpi][sl, idx] *= 1 + backlog[:, None]
 
 
 @fault("consumer stall", "performance", {"consumer"},
