@@ -155,28 +155,26 @@ def _save_hour(tables: dict[Path, pa.Table], summary: Summary) -> None:
 
 
 def _save(table: pa.Table, path: Path, summary: Summary) -> None:
-    """Write atomically: an interrupted run leaves no half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="snappy")
-    os.replace(tmp, path)
-    summary.files += 1
-    summary.bytes += path.stat().st_size
+    with _Appended(path, summary) as file:
+        file.add(table)
 
 
 class _Appended:
-    """A parquet file written a row group at a time from the tables added, atomically as `_save` writes."""
+    """A parquet file written a row group at a time from the tables added, atomically: an interrupted run leaves no
+    half-written file."""
 
     ROWS = 2**20  # a row group's rows, as `pq.write_table` groups them
 
     def __init__(self, path: Path, summary: Summary):
         self.path, self.tmp, self.summary = path, path.with_name(path.name + ".tmp"), summary
         self.tables: list[pa.Table] = []
+        self.rows = 0  # of the tables not yet written
         self.writer: pq.ParquetWriter | None = None
 
     def add(self, table: pa.Table) -> None:
         self.tables.append(table)
-        if sum(t.num_rows for t in self.tables) >= self.ROWS:
+        self.rows += table.num_rows
+        if self.rows >= self.ROWS:
             self._flush()
 
     def _flush(self) -> None:
@@ -186,7 +184,7 @@ class _Appended:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = pq.ParquetWriter(self.tmp, self.tables[0].schema, compression="snappy")
         self.writer.write_table(pa.concat_tables(self.tables), row_group_size=self.ROWS)
-        self.tables = []
+        self.tables, self.rows = [], 0
 
     def __enter__(self) -> "_Appended":
         return self
