@@ -20,8 +20,9 @@
    in (a service that calls and that nothing calls). A caller whose callees lost their traffic stopped
    calling them, unless a callee is down itself (its processes stopped, it says it is not up): then
    no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
-   (its messages waiting) is explained by an anomalous dependency (its broker), or by an anomalous caller where it
-   took more messages than before (its producers' load), and is its own where neither is. A unit
+   (its messages waiting) is explained by an anomalous dependency (its broker, anomalous too in what it holds: its
+   memory swells with the messages it keeps, which no call feels), or by an anomalous caller where it took more
+   messages than before (its producers' load), and is its own where neither is. A unit
    with no local signal at all is an echo of something it calls, seen or not; but one that is called and
    calls nothing, traced or declared, waits on nothing: its latency is its own work (its errors may still be
    what its callers sent it). A change explains another only while it holds: a dependency's change undone before it
@@ -151,6 +152,13 @@ def felt(units: dict[str, list[Item]], traced: set[str], replicas: Collection[st
     return {u: own([i for i in its if i.signal in FELT] if u in traced else its, replicas) for u, its in units.items()}
 
 
+def stored(items: list[Item], held: bool, replicas: Collection[str]) -> float:
+    """How anomalous a dependency is in what it holds, to a consumer that lags: a broker that backs up holds the
+    messages its consumers wait for (its memory and disk swell), which no call of theirs feels. Its traffic is not
+    what it holds (it falls when its consumers stall)."""
+    return own([i for i in items if i.signal not in DOWNWARD and not (held and i.brief)], replicas)
+
+
 def load_fell(units: dict[str, list[Item]], g: nx.DiGraph, service_of: dict[str, str]) -> set[str]:
     """The units where the load comes in (a service that calls and that nothing calls) whose traffic fell:
     where there are any, every fall below them follows theirs."""
@@ -261,9 +269,11 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
         deps |= {service_of[d] for d in deps if d in service_of}  # a pod's trouble is its service's too
         deps |= {p for d in deps for p in pods_of.get(d, ())}  # and a service's trouble, carried by one of its pods
         held = any(not it.brief and (it.echo or it.signal in EXPLAINABLE) for it in units[u])
-        worst, by = max((((felt_held if held else felt_any)[d], d) for d in deps if d in cands and d != u),
-                        default=(0.0, None))
-        c.explained_by = by if worst >= max(ANOMALOUS, CARRIES * (felt_held if held else felt_any)[u]) else None
+        measure = felt_held if held else felt_any
+        lags = any(it.signal == LAG and not it.echo for it in units[u])
+        worst, by = max(((max(measure[d], stored(units[d], held, service_of) if lags else 0.0), d)
+                         for d in deps if d in cands and d != u), default=(0.0, None))
+        c.explained_by = by if worst >= max(ANOMALOUS, CARRIES * measure[u]) else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
         unexplained = not any(local(it) for it in units[u])
         # more load where it comes in is the users' doing (a series gone silent took none)

@@ -460,6 +460,24 @@ def test_a_broker_s_blip_explains_none_of_a_consumer_s_lag_that_held():
     assert next(c for c in held if c.component == "billing").explained_by == "kafka"
 
 
+def test_a_broker_that_holds_the_backlog_explains_its_consumers_lag_though_no_call_felt_it():
+    """Seen on a system drawn at random: a broker backed up, its memory swelled with the messages it held, and its
+    one consumer's lag (three replicas) outranked it: no call of the consumer's felt the broker's memory. A broker
+    whose traffic fell only (its consumer stalled and took fewer) holds nothing more."""
+    import networkx as nx
+
+    from features.ranker import rank
+
+    g = nx.DiGraph()
+    g.add_edge("billing", "kafka", kind="call", calls=20)
+    lag = Item("billing", "changepoint", 0.5, "lag of billing", "lag of billing", "lag")
+    swell = Item("kafka", "metric", 0.35, "memory of kafka", "memory of kafka", "memory")
+    backed_up = rank([lag, swell], g, {}, set())
+    assert (backed_up[0].component, backed_up[1].explained_by) == ("kafka", "kafka")
+    fewer = Item("kafka", "metric", 0.35, "messages of kafka", "messages of kafka", "traffic", fell=True)
+    assert rank([lag, fewer], g, {}, set())[0].component == "billing"
+
+
 def test_a_link_slow_on_its_request_leg_is_no_networkp90_of_the_callee(tiny):
     tiny.chain(["a", "b", "c"], slow="c", gap_us=400_000, leg="request")
     tiny.chain(["d", "c"], slow="c", gap_us=400_000, leg="request")
