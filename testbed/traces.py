@@ -173,6 +173,8 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
         cut = np.full((k_nodes, n), np.iinfo(np.int32).max)  # the step at which a code fault broke the path
         broke = np.zeros((k_nodes, n), int)
         wait = np.zeros((k_nodes, n))  # ms a message waited in its topic before its consumer took it
+        # the call failed on the wire or its caller gave up on it, though the callee's code ran to its end
+        abandoned = np.zeros((k_nodes, n), bool)
         children: list[list[int]] = [[] for _ in nodes]
         for k, node in enumerate(nodes):
             cands = [topo.index(p) for p in topo.pods_of(node.service)]
@@ -208,16 +210,17 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                     names = day.edge_err_kind.get((caller, node.service), "transient")
                     names = (names,) if isinstance(names, str) else names
                     kind[k] = np.where(edge_fail, rng.choice([KINDS.index(x) for x in names], n), kind[k])
+                    abandoned[k] = edge_fail
             down = day.unreachable[minute, pod[k]]
             down_kinds = np.array([KINDS.index(day.unreachable_kind.get(topo.pods[i], "refused")) for i in cands])
             kind[k] = np.where(down, down_kinds[np.searchsorted(cands, pod[k])], kind[k])
+            abandoned[k] &= ~down
             connect[k] = np.isin(kind[k], [KINDS.index(c) for c in _CONNECT])
         kind &= np.where(made, -1, 0)  # a call not made does not fail
 
         # Bottom-up: durations and failures; a failed required call fails its caller. A consumer works apart.
         client = np.zeros((k_nodes, n))
         server = np.zeros((k_nodes, n))
-        abandoned = np.zeros((k_nodes, n), bool)  # its caller gave up on it, though its own code ran to its end
         for k in reversed(range(k_nodes)):
             waits = [c for c in children[k] if nodes[c].mode != "consume"]
             server[k] = own[k] + sum((np.where(made[c], client[c], 0.0) for c in waits), np.zeros(n))
@@ -227,8 +230,9 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
             client[k] = np.where(connect[k], rng.uniform(0.5, 3.0, n), server[k] + net[k])
             if nodes[k].parent >= 0 and nodes[k].mode != "consume":  # a caller gives up at its deadline
                 limit = nodes[k].deadline_ms or _DEADLINE_MS
-                abandoned[k] = (kind[k] == 0) & (client[k] > limit)
-                kind[k] = np.where(abandoned[k], KINDS.index("deadline"), kind[k])
+                gave_up = (kind[k] == 0) & (client[k] > limit)
+                abandoned[k] |= gave_up
+                kind[k] = np.where(gave_up, KINDS.index("deadline"), kind[k])
                 late = kind[k] == KINDS.index("deadline")
                 client[k] = np.where(late, limit * rng.uniform(1.0, 1.05, n), client[k])
 
@@ -273,7 +277,8 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                              pod[p], fixed[5] if node.mode == "publish" else fixed[3],
                              np.full(n, vocab(node.service)), np.full(n, vocab(str(port))), kind[k], client_op))
             if server_op:
-                server_kind = np.where(connect[k], 0, kind[k]) if p >= 0 else kind[0]
+                # a call that failed on the wire or that its caller gave up on ran to its end here
+                server_kind = np.where(connect[k] | abandoned[k], 0, kind[k]) if p >= 0 else kind[0]
                 if p < 0:
                     rows.append((reached[k], span_id[k, "server"], np.full(n, b"", "S16"), s_start[k], server[k],
                                  pod[k], fixed[2], np.full(n, vocab("")), np.full(n, vocab("")), server_kind,
@@ -289,7 +294,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
                 served["dur"].append(server[k][reached[k]] * 1000)
                 served["pod"].append(pod[k][reached[k]])
                 served["method"].append(np.full(reached[k].sum(), methods(node.method)))
-                served["kind"].append(np.where(abandoned[k], 0, server_kind)[reached[k]])
+                served["kind"].append(server_kind[reached[k]])
                 served["cut"].append(np.where(broke[k], cut[k], -1)[reached[k]])
                 served["broke"].append(broke[k][reached[k]])
                 served["trace"].append(trace_ids[reached[k]])

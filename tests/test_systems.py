@@ -314,12 +314,13 @@ def answered(tmp_path, case, topo, scale: float, seed: int):
     return build_digest(con, load_questions(tmp_path / "dump" / "input.json")[0])
 
 
-def one_hour(tmp_path, description, fault: str):
-    """An hour of the described system with a ten-minute `fault` on its first service that can have it, loaded."""
+def one_hour(tmp_path, description, fault: str, edge: tuple[str, str] | None = None):
+    """An hour of the described system with a ten-minute `fault` on its first service that can have it (or on the
+    `edge`), loaded."""
     system = load(write(tmp_path, description))
     topo = Topology.build(4, system)
     kind = get(fault, system)
-    target = next(t for t in kind.candidates(topo) if t.level == "service")
+    target = next(t for t in kind.candidates(topo) if t.level == "service" and (edge is None or t.edge == edge))
     case = ten_minutes(topo, kind, target)
     simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
     run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
@@ -340,17 +341,34 @@ def test_a_method_that_throws_logs_its_exception_after_the_line_before_it(tmp_pa
     assert case.truth["key_metrics"] == ["o.Orders#10_o.Orders#20"] and after[0] and after[1] >= 10, after
 
 
+def callee_spans(con, callee: str, *also: str) -> tuple:
+    """How many server spans of `callee` there are and how many failed, and how many of the client spans that called
+    them failed; `also`: more counts over the server spans `s` (and their callers' spans `c`)."""
+    return con.execute(f"""select count(*), count(*) filter (where s.status_code <> 0),
+                                  count(*) filter (where c.status_code <> 0) {''.join(', ' + a for a in also)}
+                           from spans s join spans c on c.trace_id = s.trace_id and c.span_id = s.parent_span_id
+                           left join log_lines line on line.trace_id = s.trace_id and line.span_id = s.span_id
+                                and line.event = 'o.Orders#20'
+                           where s.service = ? and s.kind = 'server' and c.kind = 'client'""", [callee]).fetchone()
+
+
 def test_a_callee_whose_caller_gave_up_waiting_still_logs_what_its_code_ran(tmp_path):
     """A caller's deadline ends its wait, not the callee's work: a slow callee's spans keep every line their code
-    writes (else a latency would read as a broken code path)."""
+    writes (else a latency would read as a broken code path), and end as their code did: the caller's span failed
+    (once every callee's span failed with it, and a caller whose own callee was slow read as where errors start)."""
     shop = changed(changed(with_code_positions(SHOP), "components/web/operations/POST %2Forder/steps/0",
                            {"call": "orders.Place", "deadline_ms": 1}), "components/orders/log_style", "spring")
     _, con = one_hour(tmp_path, shop, "cpu stress")
-    spans, late, logged = con.execute("""select count(*), count(*) filter (where s.status_code = 4), count(line.span_id)
-                                         from spans s left join log_lines line on line.trace_id = s.trace_id
-                                         and line.span_id = s.span_id and line.event = 'o.Orders#20'
-                                         where s.service = 'orders' and s.kind = 'server'""").fetchone()
-    assert spans >= 10 and late == spans and logged == spans, (spans, late, logged)
+    spans, failed, gave_up, logged = callee_spans(con, "orders", "count(line.span_id)")
+    assert spans >= 10 and failed == 0 and gave_up == spans and logged == spans, (spans, failed, gave_up, logged)
+
+
+def test_a_call_that_fails_on_the_wire_fails_its_caller_s_span_not_the_callee_s(tmp_path):
+    """Packets lost on the way: the callee's code ran to its end (or never heard of the call); only the caller saw
+    the call fail."""
+    _, con = one_hour(tmp_path, changed(SHOP, "faults/network loss", ["link"]), "network loss", ("web", "orders"))
+    spans, failed, lost = callee_spans(con, "orders")
+    assert lost >= 3 and failed <= spans * 0.01, (spans, failed, lost)
 
 
 @pytest.fixture(scope="module")
