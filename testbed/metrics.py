@@ -141,9 +141,9 @@ def infra_tables(day: Day) -> Iterator[tuple[str, pa.Table]]:
     shared: dict[str, list[pa.Table]] = {}  # instances of one kind share its files, each row labelled with its pod
     for part, kpis in day.db_kpi.items():
         comp = system.components[part]
-        pod = topo.pods_of(part)[0]
-        labels = [dict(instance=topo.node_of[pod], namespace=comp.namespace, object_type=comp.source, pod=pod)]
+        labels = [dict(instance=topo.node_of[pod], namespace=comp.namespace, object_type=comp.source, pod=pod)
+                  for pod in topo.pods_of(part)]
         for kpi, values in kpis.items():
-            shared.setdefault(f"{comp.metrics_file}_{kpi}", []).append(_infra_table(day, kpi, values[:, None], labels))
+            shared.setdefault(f"{comp.metrics_file}_{kpi}", []).append(_infra_table(day, kpi, values, labels))
     for path, tables in shared.items():
         yield path, pa.concat_tables(tables)

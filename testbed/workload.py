@@ -198,7 +198,7 @@ class Day:
     load: np.ndarray  # (M,) traffic relative to the daily mean
     pod_kpi: dict[str, np.ndarray]  # KPI -> (M, pods)
     node_kpi: dict[str, np.ndarray]  # KPI -> (M, nodes)
-    db_kpi: dict[str, dict[str, np.ndarray]]  # component -> its own KPI -> (M,) (a datastore's metrics)
+    db_kpi: dict[str, dict[str, np.ndarray]]  # component -> its own KPI -> (M, its replicas) (a datastore's metrics)
     own_factor: np.ndarray  # (M, pods) multiplies own processing time
     own_extra_ms: np.ndarray  # (M, pods) added to own processing time
     own_err: np.ndarray  # (M, pods) probability a request fails inside the pod
@@ -257,12 +257,12 @@ def build_day(date: dt.date, topo: Topology, seed: int) -> Day:
     for k in ("node_memory_usage_rate", "node_filesystem_usage_rate", "node_cpu_usage_rate"):
         node_kpi[k] *= node_base
     derive_node_kpis(node_kpi)
-    db_kpi = {name: {k: _series(rng, (MINUTES, 1), (kpi.mean, kpi.noise, kpi.coupling), load)[:, 0]
+    db_kpi = {name: {k: _series(rng, (MINUTES, len(topo.pods_of(name))), (kpi.mean, kpi.noise, kpi.coupling), load)
                      for k, kpi in comp.kpis.items()} for name, comp in system.components.items() if comp.kpis}
     for name, comp in system.components.items():
         for k, kpi in comp.kpis.items():
             if "uptime" in kpi.roles:  # seconds since the process started, a month ago
-                db_kpi[name][k] = 86400.0 * 30 + np.arange(MINUTES) * 60.0
+                db_kpi[name][k][:] = (86400.0 * 30 + np.arange(MINUTES) * 60.0)[:, None]
     zeros = np.zeros(shape_p)
     return Day(
         date=date,

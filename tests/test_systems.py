@@ -204,6 +204,17 @@ def test_a_datastore_fault_on_a_stranger_s_database_names_its_own_series(tmp_pat
     assert set(case.truth["key_metrics"]) <= held
 
 
+def test_an_io_fault_in_one_replica_of_a_datastore_moves_that_replica_s_own_series_alone(tmp_path):
+    """Each replica of a datastore reports its own series (once, a replicated datastore's were all its first
+    replica's, and an io fault on its second was named as the first)."""
+    shop = changed(SHOP, "components/db/metrics/kpis/pg_io_busy", [0.2, 0.1, 0.5, ["io"]])
+    shop = changed(changed(shop, "components/db/replicas", 2), "faults/io fault", ["database"])
+    case, con = one_hour(tmp_path, shop, "io fault", lambda t: t.level == "pod" and t.pods == ("db-1",))
+    during = con.execute("""select component, avg(value) from metric_points where metric = 'pg_io_busy' and ts >= ?
+                            and ts < ? group by all""", [case.start.replace(tzinfo=None), case.end.replace(tzinfo=None)])
+    assert dict(during.fetchall()) == pytest.approx({"db-0": 0.2, "db-1": 0.9}, abs=0.1)
+
+
 def test_a_described_system_reads_back_with_the_same_names(tmp_path):
     """`describe` writes what `simulate` reads: a name YAML 1.2 reads as a number (6e3) stays a name, and a name
     with a dot is called by an unambiguous reference."""
@@ -314,13 +325,13 @@ def answered(tmp_path, case, topo, scale: float, seed: int):
     return build_digest(con, load_questions(tmp_path / "dump" / "input.json")[0])
 
 
-def one_hour(tmp_path, description, fault: str, edge: tuple[str, str] | None = None):
-    """An hour of the described system with a ten-minute `fault` on its first service that can have it (or on the
-    `edge`), loaded."""
+def one_hour(tmp_path, description, fault: str, pick=lambda target: target.level == "service"):
+    """An hour of the described system with a ten-minute `fault` on the first of its targets `pick` takes (a whole
+    service by default), loaded."""
     system = load(write(tmp_path, description))
     topo = Topology.build(4, system)
     kind = get(fault, system)
-    target = next(t for t in kind.candidates(topo) if t.level == "service" and (edge is None or t.edge == edge))
+    target = next(t for t in kind.candidates(topo) if pick(t))
     case = ten_minutes(topo, kind, target)
     simulate(tmp_path / "dump", [case], topo, scale=0.2, seed=4, hours=1)
     run_etl(tmp_path / "dump", tmp_path / "shop.duckdb")
@@ -366,7 +377,8 @@ def test_a_callee_whose_caller_gave_up_waiting_still_logs_what_its_code_ran(tmp_
 def test_a_call_that_fails_on_the_wire_fails_its_caller_s_span_not_the_callee_s(tmp_path):
     """Packets lost on the way: the callee's code ran to its end (or never heard of the call); only the caller saw
     the call fail."""
-    _, con = one_hour(tmp_path, changed(SHOP, "faults/network loss", ["link"]), "network loss", ("web", "orders"))
+    _, con = one_hour(tmp_path, changed(SHOP, "faults/network loss", ["link"]), "network loss",
+                      lambda t: t.edge == ("web", "orders"))
     spans, failed, lost = callee_spans(con, "orders")
     assert lost >= 3 and failed <= spans * 0.01, (spans, failed, lost)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -345,10 +346,13 @@ def crash_loop(minutes: int, rng: np.random.Generator, up: tuple[float, float] =
     return down.reshape(minutes, 60)
 
 
-def own_series(day: Day, component: str, role: str) -> list[np.ndarray]:
-    """A datastore part's own metrics of one role (each a series over the day)."""
+def own_series(day: Day, component: str, role: str, pods: Collection[str] = ()) -> list[np.ndarray]:
+    """A datastore part's own metrics of one role, each a series over the day, of every replica (or of `pods`): each
+    replica reports its own."""
     comp = day.topo.system.components[component]
-    return [day.db_kpi[component][k] for k, kpi in comp.kpis.items() if role in kpi.roles]
+    replicas = day.topo.pods_of(component)
+    columns = [replicas.index(p) for p in pods] if pods else range(len(replicas))
+    return [day.db_kpi[component][k][:, i] for k, kpi in comp.kpis.items() if role in kpi.roles for i in columns]
 
 
 def callers_series(day: Day, component: str, role: str) -> list[np.ndarray]:

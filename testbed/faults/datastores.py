@@ -20,15 +20,15 @@ def io_fault(day, target, sl, rng):
     part = day.topo.service_of[target.pods[0]]
     backlog = ramp(sl, rng, 0.7, 1.0)[:, 0] * np.minimum(1.0, (np.arange(sl.stop - sl.start) + 1) / 4)
     saturated = ramp(sl, rng, 0.85, 0.99)[:, 0]
-    for series in own_series(day, part, "io"):
+    for series in own_series(day, part, "io", target.pods):
         series[sl] = saturated
-    for series in own_series(day, part, "wait"):
+    for series in own_series(day, part, "wait", target.pods):
         series[sl] *= 1 + 50 * backlog
     watcher = watcher_of(day, part)
-    for series in own_series(day, part, "pending") if watcher else ():
+    for series in own_series(day, part, "pending", target.pods) if watcher else ():
         series[sl] += np.rint(own_series(day, watcher, "regions")[0][sl] * 0.6 * backlog)
     for role, change in (("stall", None), ("memory", 0.5), ("cpu", 1.5), ("throughput", -0.6)):
-        for series in own_series(day, part, role):
+        for series in own_series(day, part, role, target.pods):
             if change is None:
                 series[sl] += np.rint(5 * backlog)
             else:

@@ -85,16 +85,16 @@ def pod_failure(day, target, sl, rng):
     part = day.topo.service_of[target.pods[0]]
     if part not in day.db_kpi:
         return
-    for series in own_series(day, part, "stops"):
+    for series in own_series(day, part, "stops", target.pods):
         series[sl] = 0.0
-    for series in own_series(day, part, "uptime"):  # counted afresh from the restart
+    for series in own_series(day, part, "uptime", target.pods):  # counted afresh from the restart
         series[sl] = 0.0
         series[sl.stop:] = np.arange(MINUTES - sl.stop) * 60.0
     watcher = watcher_of(day, part)
     if watcher:  # its regions lose a peer: pending while it is down, catching up after
         regions = own_series(day, watcher, "regions")[0]
         catch_up = slice(sl.stop, min(MINUTES, sl.stop + 10))
-        for series in own_series(day, part, "pending"):
+        for series in own_series(day, part, "pending", target.pods):
             series[sl] += regions[sl]
             series[catch_up] += np.linspace(30, 0, catch_up.stop - catch_up.start)
         for series in own_series(day, watcher, "watched_abnormal"):
