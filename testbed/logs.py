@@ -190,7 +190,7 @@ def _access_log(day: Day, hour: int, per_minute: float, entry_err: np.ndarray, e
     minutes = np.arange(hour * 60, hour * 60 + 60)
     for flow in flows(day.topo.system):
         route = flow.route
-        counts = rng.poisson(per_minute * flow.share * day.load[minutes])
+        counts = rng.poisson(per_minute * flow.share * day.load_of(route)[minutes])
         minute = np.repeat(minutes, counts)
         pod = rng.choice(len(pods), minute.size)
         failed = rng.random(minute.size) < entry_err[minute, pod]

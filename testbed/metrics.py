@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from .workload import APM_COUNTS, MINUTES, Day, own_failures, requests_per_entry_request
+from .workload import APM_COUNTS, MINUTES, Day, own_failures
 
 INFRA_COLUMNS = ("cf", "device", "instance", "kpi_key", "kpi_name", "kubernetes_node", "mountpoint", "namespace",
                  "object_type", "pod", "sql_type", "type")
@@ -28,7 +28,6 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
     topo = day.topo
     system = topo.system
     pod_ms, pod_err, slowest = expected
-    per_request = requests_per_entry_request(system)
     times = _times(day)
     traced = [c.name for c in system.components.values() if c.apm]
     own_err = own_failures(day)
@@ -42,7 +41,7 @@ def apm_tables(day: Day, expected: tuple[np.ndarray, np.ndarray], rng: np.random
         # a restarting pod gets none.
         routed = ~day.unrouted[:, idx]
         share = np.where(routed.any(1, keepdims=True), routed / np.maximum(routed.sum(1, keepdims=True), 1), 0)
-        rate = system.requests_per_minute * day.load * per_request.get(service, 0.0)
+        rate = day.requests(service)
         for j, (pod, i) in enumerate(zip(pods, idx)):
             tries = np.where(day.unreachable[:, i], RETRIES, 1.0)
             request = rng.poisson(rate * share[:, j] * day.traffic[:, i] * tries)
@@ -109,13 +108,12 @@ def consumer_lag(day: Day) -> np.ndarray:
     each waits in its topic (a few ms, or what a stall or a backlog adds)."""
     topo = day.topo
     system = topo.system
-    per_request = requests_per_entry_request(system)
     lag = np.zeros((MINUTES, len(topo.pods)))
     for name, comp in system.components.items():
         if not any(op.consumes for op in comp.operations.values()):
             continue
         idx = [topo.index(p) for p in topo.pods_of(name)]
-        rate = system.requests_per_minute * day.load * per_request.get(name, 0.0) / len(idx)
+        rate = day.requests(name) / len(idx)
         wait_ms = 3.0 + day.lag_ms.get(name, np.zeros(MINUTES))
         lag[:, idx] = (rate * wait_ms / 60_000)[:, None]
     return lag

@@ -136,7 +136,6 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
     system = topo.system
     t_day = int(day.start_utc.timestamp() * 1e6)
     minutes = np.arange(hour * 60, hour * 60 + 60)
-    rate = system.traces_per_minute * scale * day.load[minutes]
     vocab, methods = Vocab(), Vocab()
     spans: dict[str, list] = {k: [] for k in ("trace", "span", "parent", "start", "dur", "pod", "op", "vals")}
     calls: dict[str, list] = {k: [] for k in ("ts", "caller", "callee", "method", "kind", "dur", "root")}
@@ -155,7 +154,7 @@ def simulate_hour(day: Day, hour: int, scale: float, rng: np.random.Generator) -
 
     for flow in flows(system):
         route, nodes = flow.route, flow.nodes
-        counts = rng.poisson(rate * flow.share)
+        counts = rng.poisson(system.traces_per_minute * scale * day.load_of(route)[minutes] * flow.share)
         n = int(counts.sum())
         if n == 0:
             continue

@@ -123,6 +123,17 @@ def requests_per_entry_request(system: System) -> dict[str, float]:
     return out
 
 
+@cache
+def requests_per_route(system: System) -> dict[str, dict[str, float]]:
+    """Mean number of requests each service serves per request at the entry, of each of the entry's routes."""
+    out: dict[str, dict[str, float]] = {}
+    for flow in flows(system):
+        per = out.setdefault(flow.route, {})
+        for node, share in zip(flow.nodes, reach(flow)):
+            per[node.service] = per.get(node.service, 0.0) + share * flow.share
+    return out
+
+
 # Infra metric baselines: KPI -> (mean, relative noise, how strongly it follows load).
 POD_KPIS = {
     "pod_cpu_usage": (0.08, 0.15, 0.8),
@@ -213,6 +224,7 @@ class Day:
     bursts: list[LogBurst] = field(default_factory=list)
     breaks: dict[tuple[str, str], list[PathBreak]] = field(default_factory=dict)  # (service, operation) -> code faults
     lag_ms: dict[str, np.ndarray] = field(default_factory=dict)  # consumer -> (M,) extra wait of its messages
+    route_load: dict[str, np.ndarray] = field(default_factory=dict)  # entry route -> (M,) its load beyond the day's
     cluster: list = field(default_factory=list)  # what Kubernetes shows of a fault (`testbed.cluster.Change`)
     # The minutes its files hold (its state is drawn for the whole day either way).
     written: slice = field(default_factory=lambda: slice(0, MINUTES))
@@ -225,6 +237,16 @@ class Day:
     def minute_of(self, ts: dt.datetime) -> int:
         """Minute index of a UTC instant within this day, clipped to the day."""
         return int(np.clip((ts - self.start_utc).total_seconds() // 60, 0, MINUTES))
+
+    def load_of(self, route: str) -> np.ndarray:
+        """(M,) the load of one of the entry's routes, relative to the daily mean."""
+        return self.load * self.route_load[route] if route in self.route_load else self.load
+
+    def requests(self, service: str) -> np.ndarray:
+        """(M,) the requests a service serves a minute, of every route that reaches it."""
+        return self.topo.system.requests_per_minute * sum(
+            (self.load_of(route) * per.get(service, 0.0) for route, per in requests_per_route(self.topo.system).items()),
+            np.zeros(MINUTES))
 
     def edge(self, caller: str, callee: str) -> tuple[np.ndarray, np.ndarray]:
         key = (caller, callee)

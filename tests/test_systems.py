@@ -446,6 +446,22 @@ def test_the_requests_a_code_fault_fails_are_errors_in_the_metrics_as_in_the_spa
     assert ratio("web", "client_error", before) < 1 and 25 < ratio("web", "client_error", during) < 45
 
 
+def test_a_flood_of_a_service_comes_by_the_routes_that_reach_it(tmp_path):
+    """Users flood orders: the entry's orders route takes three to four times its requests, and every service on it
+    with it; the items route and its services keep their load (once, a flood raised the whole system's, so every
+    service's traffic rose alike and the entry read as where it came from)."""
+    topo = Topology.build(0, load(write(tmp_path, changed(SHOP, "faults/flood", ["service"]))))
+    day = build_day(dt.date(2025, 6, 6), topo, 0)
+    during, before = slice(600, 660), slice(300, 560)
+    before_flood = {s: day.requests(s) for s in ("web", "orders", "billing", "catalog")}
+    FAULTS["flood"].apply(day, Target("service", tuple(topo.pods_of("orders"))), during, np.random.default_rng(0))
+    rose = {s: day.requests(s)[during].sum() / before_flood[s][during].sum() for s in before_flood}
+    assert rose["catalog"] == pytest.approx(1.0) and rose["orders"] == pytest.approx(rose["billing"])
+    assert 2.5 <= rose["orders"] <= 4.0
+    assert 1.3 < rose["web"] < 2.0  # its orders route is a third of its requests
+    assert (day.requests("orders")[before] == before_flood["orders"][before]).all()
+
+
 @pytest.mark.parametrize("kind", ["network delay", "network loss", "network corrupt"])
 def test_a_network_fault_on_the_entry_which_only_users_call_slows_or_fails_its_calls(kind, tmp_path):
     """Seen on a drawn system: a network fault on the entry's own network degraded the links into it, of which the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..system import System
-from ..workload import MINUTES, Day
+from ..workload import MINUTES, Day, flows
 from .base import fault, indices, own_series, ramp, SERVICE
 
 
@@ -14,10 +14,13 @@ from .base import fault, indices, own_series, ramp, SERVICE
        [{"type": "metric", "keyword": ["request", "response"]}, {"type": "metric", "keyword": ["pod_cpu_usage"]}],
        ["request", "response", "pod_cpu_usage"], ["request flood", "traffic surge", "load spike"])
 def flood(day, target, sl, rng):
-    """Users flood the service with requests (three to four times its load, from its entry down): it saturates its
-    cpu and works slower."""
+    """Users flood the service with requests (three to four times its load, by the entry's routes that reach it, and
+    the services on those routes take them too): it saturates its cpu and works slower."""
     surge = ramp(sl, rng, 2.5, 4.0)
-    day.load[sl] *= surge[:, 0]
+    service = day.topo.service_of[target.pods[0]]
+    for flow in flows(day.topo.system):
+        if any(node.service == service for node in flow.nodes):
+            day.route_load.setdefault(flow.route, np.ones(MINUTES))[sl] *= surge[:, 0]
     idx = indices(day, target.pods)
     day.pod_kpi["pod_cpu_usage"][sl, idx] *= surge
     day.own_factor[sl, idx] *= 1 + 0.3 * surge
