@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..system import System
-from ..workload import MINUTES, Day, flows
+from ..workload import MINUTES, Day, requests_per_route
 from .base import fault, indices, own_series, ramp, SERVICE
 
 
@@ -18,9 +18,9 @@ def flood(day, target, sl, rng):
     the services on those routes take them too): it saturates its cpu and works slower."""
     surge = ramp(sl, rng, 2.5, 4.0)
     service = day.topo.service_of[target.pods[0]]
-    for flow in flows(day.topo.system):
-        if any(node.service == service for node in flow.nodes):
-            day.route_load.setdefault(flow.route, np.ones(MINUTES))[sl] *= surge[:, 0]
+    for route, served in requests_per_route(day.topo.system).items():
+        if served.get(service):
+            day.route_load.setdefault(route, np.ones(MINUTES))[sl] *= surge[:, 0]
     idx = indices(day, target.pods)
     day.pod_kpi["pod_cpu_usage"][sl, idx] *= surge
     day.own_factor[sl, idx] *= 1 + 0.3 * surge
