@@ -50,13 +50,14 @@ class Tiny:
             rows.append((T0 + dt.timedelta(minutes=i), source, component, kind, service, node, metric, v, 1))
         self.con.executemany("insert into metric_points values (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def log(self, component, service, template, per_minute, *, only_window=False, stops=False):
+    def log(self, component, service, template, per_minute, *, only_window=False, stops=False, surge=1):
+        """`per_minute` lines a minute, `surge` times as many in the window."""
         tid = self.templates.setdefault(template, len(self.templates) + 1)
         self.con.execute("insert or ignore into log_templates values (?, ?, null, 0)", [tid, template])
         level = template.split()[0] if template.split()[0] in ("INFO", "WARN", "ERROR") else None
         rows = [(T0 + dt.timedelta(minutes=i, seconds=j), component, service, "node-1", tid, template, 1, level)
                 for i in range(MINUTES) if (during(i) or not only_window) and not (stops and during(i))
-                for j in range(per_minute)]
+                for j in range(per_minute * (surge if during(i) else 1))]
         self.con.executemany("insert into log_lines (ts, component, service, node, template_id, message, file_id, "
                              "level) values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
@@ -256,6 +257,18 @@ def test_a_steady_template_that_stops_is_evidence(tiny):
     items = logs.collect(con, Window(START, END))
     stopped = [i for i in items if "stopped" in i.text]
     assert [(i.component, i.key) for i in stopped] == [("x-0", "heartbeat")]
+
+
+def test_lines_that_follow_a_component_s_load_are_its_users_not_a_fault(tiny):
+    """Seen on a drawn system: a flood through the entry tripled its access log, the failed requests' lines at
+    error level with it, and the entry outranked the flooded service, whose CPU it took."""
+    tiny.log("entry-0", "entry", "INFO handling request", 4, surge=3)
+    tiny.log("entry-0", "entry", "INFO request complete", 3, surge=3)
+    tiny.log("entry-0", "entry", "ERROR request failed", 1, surge=3)
+    tiny.log("cart-0", "cart", "INFO handling request", 4)
+    tiny.log("cart-0", "cart", "ERROR request failed", 1, surge=3)  # the same rise, with its load as before
+    items = logs.collect(tiny.done(), Window(START, END))
+    assert [(i.component, i.key) for i in items] == [("cart-0", "request failed")]
 
 
 def test_a_family_that_keeps_its_strongest_keeps_the_same_ones_every_run(tiny):
