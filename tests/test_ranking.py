@@ -13,7 +13,7 @@ from etl import store
 from features.cases import Question
 from features.detect import ABNORMAL
 from features.digest import build_digest
-from features.evidence import Item, Window, changepoints, faulty_change, logs, silence, traces
+from features.evidence import Item, Window, changepoints, faulty_change, logs, metrics, silence, traces
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph, topology
 from features.options import Option, options
@@ -723,6 +723,17 @@ def test_an_error_count_that_grew_with_its_traffic_kept_its_share_and_is_no_evid
                                                          ("pay-0", "request", 1000.0, 4000.0),
                                                          ("pay-0", "error", 4.0, 80.0))])
     found = changepoints.collect(con, Window(START, END))
+    assert sorted((i.component, i.signal) for i in found) == [("cart-0", "traffic"), ("pay-0", "errors"),
+                                                              ("pay-0", "traffic")]
+
+
+def test_an_error_count_that_grew_with_its_traffic_is_no_metric_anomaly_either(tiny):
+    """Seen on a drawn system: a flood quadrupled a service's calls and its errors with them (its error share held),
+    and its error count outranked the flooded service's CPU."""
+    for pod, errors in (("cart-0", 17.0), ("pay-0", 80.0)):
+        tiny.series(pod, "request", 1000.0, source="apm", fault=4000.0)
+        tiny.series(pod, "error", 4.0, source="apm", fault=errors)
+    found = metrics.collect(tiny.done(), Window(START, END))
     assert sorted((i.component, i.signal) for i in found) == [("cart-0", "traffic"), ("pay-0", "errors"),
                                                               ("pay-0", "traffic")]
 

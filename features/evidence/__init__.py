@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -112,6 +112,27 @@ def faulty_change(metric: str, before: float | None, during: float | None) -> bo
     if LEFT.search(metric):
         return during < before
     return during > before * (MIN_RATIO if signal == "latency" else 1)
+
+
+ERROR_RATIO = 2.0  # an error count that grew this much faster than its traffic failed more; slower, it kept its ratio
+
+
+def traffic_growth(changes: Iterable[tuple[str, str, float | None, float | None]]) -> dict[str, float]:
+    """How much each component's traffic grew: the most any of its counts of calls rose by, of the changes
+    (component, metric, before, after)."""
+    growth: dict[str, float] = {}
+    for component, metric, before, after in changes:
+        if signal_of(metric) == "traffic" and before and after and after > before:
+            growth[component] = max(growth.get(component, 0.0), after / before)
+    return growth
+
+
+def with_traffic(metric: str, before: float | None, after: float | None, growth: float | None) -> bool:
+    """Whether an error count grew with its component's traffic (`growth`), no more than ERROR_RATIO times faster:
+    its share of failing calls held, so more load, not more failing (a flood of users raises every count alike)."""
+    if growth is None or signal_of(metric) != "errors" or not before or after is None or after <= before:
+        return False
+    return after / before <= ERROR_RATIO * growth
 
 
 def store_file(con: duckdb.DuckDBPyConnection) -> str:

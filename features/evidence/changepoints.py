@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from . import ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of
+from . import ECHO, GAP, Item, Window, faulty_change, fmt, rows, signal_of, traffic_growth, with_traffic
 from .metrics import shared
 
 SHIFT_FULL = 6.0  # a shift of this many standard deviations of the day scores `WEIGHT`
@@ -28,7 +28,9 @@ def collect(con, w: Window) -> list[Item]:
             earlier.append(c)
     faulty = ([c for c in cs if faulty_change(c["metric"], c["before"], c["after"])] for cs in changes.values())
     strongest = [max(cs, key=lambda c: c["shift"]) for cs in faulty if cs]
-    strongest = [c for c in strongest if not with_traffic(c, strongest)]
+    growth = traffic_growth((c["component"], c["metric"], c["before"], c["after"]) for c in strongest)
+    strongest = [c for c in strongest
+                 if not with_traffic(c["metric"], c["before"], c["after"], growth.get(c["component"]))]
     return [Item(c["component"], "changepoint", WEIGHT * min(c["shift"], SHIFT_FULL) / SHIFT_FULL, c["metric"],
                  f"change point {c['metric']} of {c['component']}: {fmt(c['before'])} -> {fmt(c['after'])} "
                  f"({c['shift']:.1f} sd)", signal_of(c["metric"]),
@@ -43,16 +45,3 @@ def undoes(c: dict, earlier: dict) -> bool:
     rises back after its callers stopped calling is no fault)."""
     return (c["after"] - c["before"]) * (earlier["after"] - earlier["before"]) < 0 \
         and abs(c["after"] - earlier["before"]) <= abs(earlier["after"] - earlier["before"]) / 2
-
-
-ERROR_RATIO = 2.0  # an error count that grew this much faster than its traffic failed more; slower, it kept its ratio
-
-
-def with_traffic(c: dict, changes: list[dict]) -> bool:
-    """Whether `c` is an error count that grew with its component's traffic, no more than ERROR_RATIO times faster:
-    its share of failing calls held, so more load, not more failing (a flood of users raises every count alike)."""
-    if signal_of(c["metric"]) != "errors" or not c["before"] or c["after"] <= c["before"]:
-        return False
-    grew = max((t["after"] / t["before"] for t in changes if t["component"] == c["component"]
-                and signal_of(t["metric"]) == "traffic" and t["before"] and t["after"] > t["before"]), default=None)
-    return grew is not None and c["after"] / c["before"] <= ERROR_RATIO * grew

@@ -1,6 +1,6 @@
 """Metric anomaly: the median robust z of each series over the window (a one-minute blip ranks
 low), with the median value before and during, from `metric_anomaly`; a count's z no more than its
-Poisson deviations."""
+Poisson deviations; an error count that grew with its component's traffic is none."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import datetime as dt
 import math
 import re
 
-from . import BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, kept, rows, signal_of
+from . import (BASELINE, ECHO, GAP, Item, Window, faulty_change, fmt, kept, rows, signal_of, traffic_growth,
+               with_traffic)
 
 # A node's metric on a pod's row (Nezha writes NodeCpuUsageRate(%) beside each pod's own): it is
 # shared by every pod of the node, so it says nothing of the pod itself.
@@ -58,8 +59,10 @@ def collect(con, w: Window) -> list[Item]:
                                 "day_lo": lo, "day_hi": hi, "own_lo": own_lo, "own_hi": own_hi})
     other = other_hours(con, lo, hi, own_lo, own_hi)
     found = [m | {"z": min(m["z"], chance_z(m))} for m in found]
+    growth = traffic_growth((m["component"], m["metric"], m["before"], m["during"]) for m in found)
     return [item(m, min(1.0, m["hours"] / other) if other >= 1 else 0.0) for m in found
-            if m["z"] >= Z_MIN and faulty_change(m["metric"], m["before"], m["during"])]
+            if m["z"] >= Z_MIN and faulty_change(m["metric"], m["before"], m["during"])
+            and not with_traffic(m["metric"], m["before"], m["during"], growth.get(m["component"]))]
 
 
 def chance_z(m: dict) -> float:
