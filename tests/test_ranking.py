@@ -7,6 +7,7 @@ import datetime as dt
 import math
 from dataclasses import replace
 
+import polars as pl
 import pytest
 
 from etl import store
@@ -36,6 +37,11 @@ class Tiny:
         self.con = store.connect(path)
         self.templates: dict[str, int] = {}
 
+    def insert(self, table, columns, rows):
+        """Rows in one statement (thousands of lines insert row by row in minutes)."""
+        frame = pl.DataFrame(rows, schema=columns, orient="row", infer_schema_length=None)  # noqa: F841 (scanned)
+        self.con.execute(f"insert into {table} ({', '.join(columns)}) select * from frame")
+
     def series(self, component, metric, value, *, kind="pod", service=None, source="infra_pod", node=None,
                fault=None, since=0):
         """One value a minute with a little noise; `fault` replaces the value in the window, from `since` minutes
@@ -48,7 +54,8 @@ class Tiny:
                     continue
                 v = fault if fault is not None else v
             rows.append((T0 + dt.timedelta(minutes=i), source, component, kind, service, node, metric, v, 1))
-        self.con.executemany("insert into metric_points values (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.insert("metric_points", ["ts", "source", "component", "component_kind", "service", "node", "metric", "value",
+                                      "file_id"], rows)
 
     def log(self, component, service, template, per_minute, *, only_window=False, stops=False, surge=1):
         """`per_minute` lines a minute, `surge` times as many in the window."""
@@ -58,8 +65,8 @@ class Tiny:
         rows = [(T0 + dt.timedelta(minutes=i, seconds=j), component, service, "node-1", tid, template, 1, level)
                 for i in range(MINUTES) if (during(i) or not only_window) and not (stops and during(i))
                 for j in range(per_minute * (surge if during(i) else 1))]
-        self.con.executemany("insert into log_lines (ts, component, service, node, template_id, message, file_id, "
-                             "level) values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.insert("log_lines", ["ts", "component", "service", "node", "template_id", "message", "file_id", "level"],
+                    rows)
 
     def chain(self, services, slow=None, gap_us=0, slower=None, own_us=0, leg="return", fails=None):
         """Traces down a chain of services, four a minute; `slow` delays calls into it in the window (their
@@ -79,8 +86,8 @@ class Tiny:
                     rows.append((trace, f"{trace}-{depth}", parent, ts + dt.timedelta(microseconds=late), dur + extra,
                                  svc, f"{svc}-0", "node-1", "op", None, failed, 1))
                     dur -= 10_000
-        self.con.executemany("insert into spans (trace_id, span_id, parent_span_id, ts, duration_us, service, pod, node, operation, "
-                         "kind, status_code, file_id) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.insert("spans", ["trace_id", "span_id", "parent_span_id", "ts", "duration_us", "service", "pod", "node",
+                              "operation", "kind", "status_code", "file_id"], rows)
 
     def place(self, pod, service, node="node-1"):
         self.con.execute("insert into placement values (?, ?, ?, ?, ?)", [pod, service, node, T0, T0])
@@ -267,6 +274,16 @@ def test_lines_that_follow_a_component_s_load_are_its_users_not_a_fault(tiny):
     tiny.log("entry-0", "entry", "ERROR request failed", 1, surge=3)
     tiny.log("cart-0", "cart", "INFO handling request", 4)
     tiny.log("cart-0", "cart", "ERROR request failed", 1, surge=3)  # the same rise, with its load as before
+    items = logs.collect(tiny.done(), Window(START, END))
+    assert [(i.component, i.key) for i in items] == [("cart-0", "request failed")]
+
+
+def test_lines_that_follow_a_component_s_load_do_not_crowd_out_a_fault_s(tiny):
+    """The family keeps its strongest 200 templates: counted beyond their load, not before it, or a flood through a
+    chatty entry (hundreds of templates, each tripled) leaves no room for the fault's one line."""
+    for k in range(201):
+        tiny.log("entry-0", "entry", f"INFO step{k} done", 2, surge=3)
+    tiny.log("cart-0", "cart", "ERROR request failed", 1, surge=3)
     items = logs.collect(tiny.done(), Window(START, END))
     assert [(i.component, i.key) for i in items] == [("cart-0", "request failed")]
 

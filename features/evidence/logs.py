@@ -20,7 +20,6 @@ deleted service, an address that leads nowhere)."""
 from __future__ import annotations
 
 import re
-import statistics
 from collections import Counter
 
 from . import BASELINE, GAP, TRACE_REACH, Item, Window, flat, rows
@@ -99,42 +98,31 @@ def baseline_minutes(con, w: Window) -> tuple[str, list]:
     return *reach, n
 
 
-def load_factors(con, w: Window, minutes: float, condition: str, params: list, base_minutes: int
-                 ) -> dict[str, float]:
-    """How much each component's load rose, as its ordinary templates' lines did (their median factor; at least 1:
-    a fault that slows a component writes fewer ordinary lines, and its errors then count in full)."""
-    factors: dict[str, list[float]] = {}
-    for r in rows(con, f"""
-            with d as (select component, template_id, sum(lines) / ? as rate, sum(errors) as errors
-                       from log_template_minute where minute >= ? and minute <= ? group by all),
-                 b as (select component, template_id, sum(lines) / ? as rate, sum(errors) as errors
-                       from log_template_minute where {condition} group by all)
-            select d.component, t.template, d.rate / b.rate as factor
-            from d join b using (component, template_id) join log_templates t using (template_id)
-            where d.errors = 0 and b.errors = 0 and b.rate * ? >= ?""",
-                  [minutes, w.start, w.end, base_minutes, *params, minutes, MIN_EXPECTED]):
-        if not ERROR_WORDS.search(WHERE.sub(" ", r["template"])):
-            factors.setdefault(r["component"], []).append(r["factor"])
-    return {c: max(1.0, statistics.median(f)) for c, f in factors.items()}
-
-
 def collect(con, w: Window) -> list[Item]:
     minutes = max((w.end - w.start).total_seconds() / 60, 1)
     condition, params, base_minutes = baseline_minutes(con, w)
     base_minutes = max(base_minutes, 1)
-    load = load_factors(con, w, minutes, condition, params, base_minutes)
+    # A component's load is its ordinary templates' median factor (no error lines either side, no error words,
+    # enough lines expected; at least 1: a fault that slows a component writes fewer ordinary lines, and its errors
+    # then count in full); a template counts only beyond it.
     found = rows(con, f"""
         with d as (select component, any_value(service) as service, template_id, sum(lines) / ? as rate,
                           sum(errors) as errors
                    from log_template_minute where minute >= ? and minute <= ? group by all),
-             b as (select component, template_id, sum(lines) / ? as rate from log_template_minute
-                   where {condition} group by all)
-        select d.component, d.service, d.template_id, t.template, d.rate as during, coalesce(b.rate, 0) as before, d.errors
-        from d join log_templates t using (template_id) left join b using (component, template_id)
-        where d.rate > 2 * coalesce(b.rate, 0) + 0.05
-        order by d.rate - coalesce(b.rate, 0) desc, d.component, d.template_id limit 200""",
-                 [minutes, w.start, w.end, base_minutes, *params])
-    found = [r for r in found if r["during"] > 2 * r["before"] * load.get(r["component"], 1.0) + 0.05]
+             b as (select component, template_id, sum(lines) / ? as rate, sum(errors) as errors
+                   from log_template_minute where {condition} group by all),
+             j as (select d.component, d.service, d.template_id, t.template, d.rate as during,
+                          coalesce(b.rate, 0) as before, d.errors, b.errors as errors_before
+                   from d join log_templates t using (template_id) left join b using (component, template_id)),
+             usual as (select component, greatest(1, median(during / before)) as factor from j
+                      where errors = 0 and errors_before = 0 and before * ? >= ?
+                      and not regexp_matches(regexp_replace(template, ?, ' ', 'g'), ?)
+                      group by component)
+        select j.*, coalesce(usual.factor, 1) as factor from j left join usual using (component)
+        where during > 2 * before * coalesce(usual.factor, 1) + 0.05
+        order by during - before desc, component, template_id limit 200""",
+                 [minutes, w.start, w.end, base_minutes, *params, minutes, MIN_EXPECTED, WHERE.pattern,
+                  "(?i)" + ERROR_WORDS.pattern])
     # The same template surging in several components at once travels with the calls (an exception
     # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.
     spread = Counter(r["template_id"] for r in found)
@@ -146,12 +134,11 @@ def collect(con, w: Window) -> list[Item]:
                        .fetchall()])
     items = []
     for r in found:
-        factor = load.get(r["component"], 1.0)
-        expected = r["before"] * factor
+        expected = r["before"] * r["factor"]
         errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(WHERE.sub(" ", r["template"])))
         rise = (r["during"] - expected) / (r["during"] + expected + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
-        new += f", its other lines x{factor:.1f}" if factor >= 1.5 else ""
+        new += f", its other lines x{r['factor']:.1f}" if r["factor"] >= 1.5 else ""
         new += f", {r['errors']} at error level" if r["errors"] else ""
         said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
         peer = None if services is None else next((s for s in services.findall(said) if s != r["service"]), None)
