@@ -462,6 +462,14 @@ def test_a_flood_of_a_service_comes_by_the_routes_that_reach_it(tmp_path):
     assert (day.requests("orders")[before] == before_flood["orders"][before]).all()
 
 
+def test_a_flood_is_a_service_s_never_one_replica_s(tmp_path):
+    """Users' requests come through the Service, which spreads them over its replicas: every replica's requests rise,
+    so a truth that names one of them (whose cpu alone rose) describes no flood a cluster can have."""
+    topo = Topology.build(0, load(write(tmp_path, changed(SHOP, "faults/flood", ["service"]))))
+    targets = FAULTS["flood"].candidates(topo)
+    assert {t.level for t in targets} == {"service"} and len(targets) == 5
+
+
 @pytest.mark.parametrize("kind", ["network delay", "network loss", "network corrupt"])
 def test_a_network_fault_on_the_entry_which_only_users_call_slows_or_fails_its_calls(kind, tmp_path):
     """Seen on a drawn system: a network fault on the entry's own network degraded the links into it, of which the

@@ -71,6 +71,8 @@ class Fault:
     # The roles of the target's own metrics its truth names where the system writes none of the names it gives (a
     # datastore other than TiDB): a fault on a datastore's own series names them by what they are, not by TiDB's.
     own_roles: tuple[str, ...] = ()
+    # What comes through the service's Service (users' requests), which spreads it over its replicas: never one pod's
+    spread: bool = False
 
     @property
     def cluster(self) -> bool:
@@ -94,8 +96,9 @@ class Fault:
                 comps = [c.name for c in system.components.values() if matches(c, spec) and can(self, c)
                          and ("link" not in self.acts_on or system.callers(c.name) or system.callees(c.name))]
                 out += [Target("service", tuple(topo.pods_of(c))) for c in comps]
-                # a network fault acts on a service's links, and the cluster's on a workload's spec: not on one pod
-                if "link" not in self.acts_on and not self.cluster:
+                # a network fault acts on a service's links, the cluster's on a workload's spec, and users' load
+                # comes through the Service: none of them on one pod
+                if "link" not in self.acts_on and not self.cluster and not self.spread:
                     out += [Target("pod", (p,)) for c in comps if system.components[c].replicas > 1
                             for p in topo.pods_of(c)]
         return out
@@ -260,10 +263,11 @@ SERVICE = frozenset({"service"})
 ANY = frozenset(KINDS)
 
 
-def fault(name, category, acts_on, observations, metrics, descriptions, window_seconds=None, own_roles=()):
+def fault(name, category, acts_on, observations, metrics, descriptions, window_seconds=None, own_roles=(),
+          spread=False):
     def register(apply):
         FAULTS[name] = Fault(name, category, frozenset(acts_on), apply, observations, metrics, descriptions,
-                             window_seconds, own_roles=tuple(own_roles))
+                             window_seconds, own_roles=tuple(own_roles), spread=spread)
         return apply
     return register
 

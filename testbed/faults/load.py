@@ -12,10 +12,11 @@ from .base import fault, indices, own_series, ramp, SERVICE
 
 @fault("flood", "traffic surge", SERVICE,
        [{"type": "metric", "keyword": ["request", "response"]}, {"type": "metric", "keyword": ["pod_cpu_usage"]}],
-       ["request", "response", "pod_cpu_usage"], ["request flood", "traffic surge", "load spike"])
+       ["request", "response", "pod_cpu_usage"], ["request flood", "traffic surge", "load spike"], spread=True)
 def flood(day, target, sl, rng):
     """Users flood the service with requests (three to four times its load, by the entry's routes that reach it, and
-    the services on those routes take them too): it saturates its cpu and works slower."""
+    the services on those routes take them too): its pods, among which its Service spreads them, saturate their cpu
+    and work slower."""
     surge = ramp(sl, rng, 2.5, 4.0)
     service = day.topo.service_of[target.pods[0]]
     for route, served in requests_per_route(day.topo.system).items():
