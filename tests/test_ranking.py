@@ -278,6 +278,17 @@ def test_lines_that_follow_a_component_s_load_are_its_users_not_a_fault(tiny):
     assert [(i.component, i.key) for i in items] == [("cart-0", "request failed")]
 
 
+def test_ordinary_lines_that_rose_a_little_are_no_load(tiny):
+    """Seen on a real day (Train Ticket, a code fault): the service's ordinary lines rose by a fifth, its error
+    lines' rise was counted beyond that, and the right answer fell below the confidence its day's normal allows."""
+    for service in ("cart", "pay"):
+        tiny.log(f"{service}-0", service, f"INFO {service} handling request", 5)
+        tiny.log(f"{service}-0", service, f"ERROR {service} request failed", 1, surge=3)
+    tiny.log("cart-0", "cart", "INFO cart handling request", 1, only_window=True)  # 6 a minute in the window
+    cart, pay = sorted(logs.collect(tiny.done(), Window(START, END)), key=lambda i: i.component)
+    assert cart.score == pytest.approx(pay.score) and "other lines" not in cart.text
+
+
 def test_lines_that_follow_a_component_s_load_do_not_crowd_out_a_fault_s(tiny):
     """The family keeps its strongest 200 templates: counted beyond their load, not before it, or a flood through a
     chatty entry (hundreds of templates, each tripled) leaves no room for the fault's one line."""

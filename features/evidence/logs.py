@@ -3,8 +3,9 @@ lines at an error severity in the window, or with error words, count fully; othe
 quoted wherever it is shown.
 
 A component's lines that follow its load are its users', not a fault's: where its ordinary templates (no error
-lines, no error words) all rose by one factor, a template's rise is counted beyond that factor (a flood through the
-entry triples its access log, errors with it, as it does its requests).
+lines, no error words) all rose by one factor of `LOAD` or more, a template's rise is counted beyond that factor (a
+flood through the entry triples its access log, errors with it, as it does its requests). Less is a window's own
+variation, or a fault's (a code fault that takes another branch writes more of some ordinary lines).
 
 A template that surges in several components at once is shared among them; a steady template
 that stops while its component goes on logging counts too. The baseline is the hour before; where a dump keeps logs only around incidents (no lines in
@@ -30,6 +31,7 @@ OTHER_WEIGHT = 0.4
 VANISHED = 0.6
 STEADY = 0.9  # share of the baseline's minutes a template must appear in for its stop to count
 MIN_EXPECTED = 10.0  # lines a vanished template would have written in the window at its rate before
+LOAD = 1.5  # the least factor of a component's ordinary lines that is its load (a flood: 2.5 to 4)
 KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
 RESOLVER = re.compile(r"no such host|\blookup\b|name resolution|could not resolve|unknown ?host|NXDOMAIN", re.I)
 HEX_ID = re.compile(r"^[0-9a-fA-F]{12,}$")  # a trace or span id a line carries is no keyword
@@ -103,8 +105,8 @@ def collect(con, w: Window) -> list[Item]:
     condition, params, base_minutes = baseline_minutes(con, w)
     base_minutes = max(base_minutes, 1)
     # A component's load is its ordinary templates' median factor (no error lines either side, no error words,
-    # enough lines expected; at least 1: a fault that slows a component writes fewer ordinary lines, and its errors
-    # then count in full); a template counts only beyond it.
+    # enough lines expected) where it is LOAD or more, else 1 (a fault that slows a component writes fewer ordinary
+    # lines, and its errors then count in full); a template counts only beyond it.
     found = rows(con, f"""
         with d as (select component, any_value(service) as service, template_id, sum(lines) / ? as rate,
                           sum(errors) as errors
@@ -114,15 +116,15 @@ def collect(con, w: Window) -> list[Item]:
              j as (select d.component, d.service, d.template_id, t.template, d.rate as during,
                           coalesce(b.rate, 0) as before, d.errors, b.errors as errors_before
                    from d join log_templates t using (template_id) left join b using (component, template_id)),
-             usual as (select component, greatest(1, median(during / before)) as factor from j
+             usual as (select component, median(during / before) as factor from j
                       where errors = 0 and errors_before = 0 and before * ? >= ?
                       and not regexp_matches(regexp_replace(template, ?, ' ', 'g'), ?)
-                      group by component)
+                      group by component having factor >= ?)
         select j.*, coalesce(usual.factor, 1) as factor from j left join usual using (component)
         where during > 2 * before * coalesce(usual.factor, 1) + 0.05
         order by during - before desc, component, template_id limit 200""",
                  [minutes, w.start, w.end, base_minutes, *params, minutes, MIN_EXPECTED, WHERE.pattern,
-                  "(?i)" + ERROR_WORDS.pattern])
+                  "(?i)" + ERROR_WORDS.pattern, LOAD])
     # The same template surging in several components at once travels with the calls (an exception
     # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.
     spread = Counter(r["template_id"] for r in found)
@@ -138,7 +140,7 @@ def collect(con, w: Window) -> list[Item]:
         errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(WHERE.sub(" ", r["template"])))
         rise = (r["during"] - expected) / (r["during"] + expected + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
-        new += f", its other lines x{r['factor']:.1f}" if r["factor"] >= 1.5 else ""
+        new += f", its other lines x{r['factor']:.1f}" if r["factor"] > 1 else ""
         new += f", {r['errors']} at error level" if r["errors"] else ""
         said = verbatim(r["template"], lines.get((r["component"], r["template_id"])) or "")
         peer = None if services is None else next((s for s in services.findall(said) if s != r["service"]), None)
