@@ -114,17 +114,17 @@ def collect(con, w: Window) -> list[Item]:
              b as (select component, template_id, sum(lines) / ? as rate, sum(errors) as errors
                    from log_template_minute where {condition} group by all),
              j as (select d.component, d.service, d.template_id, t.template, d.rate as during,
-                          coalesce(b.rate, 0) as before, d.errors, b.errors as errors_before
+                          coalesce(b.rate, 0) as before, d.errors, b.errors as errors_before,
+                          regexp_matches(regexp_replace(t.template, ?, ' ', 'g'), ?) as worded
                    from d join log_templates t using (template_id) left join b using (component, template_id)),
              usual as (select component, median(during / before) as factor from j
-                      where errors = 0 and errors_before = 0 and before * ? >= ?
-                      and not regexp_matches(regexp_replace(template, ?, ' ', 'g'), ?)
+                      where errors = 0 and errors_before = 0 and before * ? >= ? and not worded
                       group by component having factor >= ?)
         select j.*, coalesce(usual.factor, 1) as factor from j left join usual using (component)
         where during > 2 * before * coalesce(usual.factor, 1) + 0.05
         order by during - before desc, component, template_id limit 200""",
-                 [minutes, w.start, w.end, base_minutes, *params, minutes, MIN_EXPECTED, WHERE.pattern,
-                  "(?i)" + ERROR_WORDS.pattern, LOAD])
+                 [minutes, w.start, w.end, base_minutes, *params, WHERE.pattern, "(?i)" + ERROR_WORDS.pattern,
+                  minutes, MIN_EXPECTED, LOAD])
     # The same template surging in several components at once travels with the calls (an exception
     # rethrown up the chain): each of them gets a share of it; a cause's own template is its alone.
     spread = Counter(r["template_id"] for r in found)
@@ -137,7 +137,7 @@ def collect(con, w: Window) -> list[Item]:
     items = []
     for r in found:
         expected = r["before"] * r["factor"]
-        errorlike = bool(r["errors"]) or bool(ERROR_WORDS.search(WHERE.sub(" ", r["template"])))
+        errorlike = bool(r["errors"]) or r["worded"]
         rise = (r["during"] - expected) / (r["during"] + expected + 0.5) / spread[r["template_id"]]
         new = "new" if r["before"] == 0 else f"x{r['during'] / r['before']:.0f}"
         new += f", its other lines x{r['factor']:.1f}" if r["factor"] > 1 else ""
