@@ -23,13 +23,16 @@ def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: 
     source, component, service, metric), and their points, a value a minute (`sid`, ts, value) ordered by series and
     time. `sid` numbers the series in the order of their names, over all batches. A series' names are not repeated on
     each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold).
-    With `parts`, only the series of one `part` (a hash of its names), so that tasks may share a day's series."""
+    With `parts`, only the series of one `part` (a hash of its names, taken of each series, not of each point: on a day
+    of 10,000 pods, hashing every point took six times as long as grouping them all), so that tasks may share a day's
+    series."""
     con.execute("""
         create or replace temp table series_names as
         select *, (sum(n) over (order by sid) - n) // $points as batch from (
             select row_number() over (order by source, component, metric) as sid, *
             from (select source, component, metric, any_value(service) as service, count(*) as n from metric_points
-                  where ts >= $lo and ts < $hi and hash(source, component, metric) % $parts = $part group by all))""",
+                  where ts >= $lo and ts < $hi group by all)
+            where hash(source, component, metric) % $parts = $part)""",
                 {"lo": lo, "hi": hi, "points": SERIES_POINTS, "part": part, "parts": parts})
     try:
         con.execute("""
