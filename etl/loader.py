@@ -31,7 +31,7 @@ from typing import Callable
 import duckdb
 
 from common.errors import LoadError, StoreError
-from common.tasks import run_tasks
+from common.tasks import run_tasks, task_parts
 
 from . import store
 from .adapters import ADAPTERS, TABLES, InputFile, adapter_for, kubernetes
@@ -170,16 +170,12 @@ def _tag(dump: Path) -> str:
     return hashlib.sha1(str(dump).encode()).hexdigest()[:8]
 
 
-# A day of this many bytes of files or more is loaded in parts, at most MAX_PARTS: tasks that workers share. A part
-# costs a shard and a task's start, and 128 MB of files take tens of seconds to load; a simulated HipsterShop day at
-# full scale (370 MB) loads in three parts. Chosen, not fitted.
+# A day of this many bytes of files or more is loaded in parts (a power of two, at most MAX_PARTS: `task_parts`):
+# tasks that workers share. A part costs a shard and a task's start, and 128 MB of files take tens of seconds to load;
+# a simulated HipsterShop day at full scale (370 MB) loads in four parts. Chosen, not fitted.
 PART_BYTES = 128 * 2**20
 MAX_PARTS = 16
 PART_KEY = re.compile(r"(.+)-([0-9a-f]{8})(?:-(\d+)of(\d+))?")
-
-
-def _parts(size: int) -> int:
-    return max(1, min(MAX_PARTS, -(-size // PART_BYTES)))
 
 
 def _part(path: str, parts: int) -> int:
@@ -277,7 +273,7 @@ def _plan(key: str, entries: list, gone: list[tuple[str, int]], shards: dict) ->
     shards (build, file, lo, hi) they replace. Where the day's shards are parts of its split, each part is loaded
     alone where a file of it is new, changed or gone, the others kept; where they are not (its bytes grew past
     another part), every part, in place of them all."""
-    parts = _parts(sum(size for *_, size in entries))
+    parts = task_parts(sum(size for *_, size in entries), PART_BYTES, MAX_PARTS)
     mine, lost = [[] for _ in range(parts)], [set() for _ in range(parts)]
     for entry in entries:
         mine[_part(str(entry[0].path), parts)].append(entry)

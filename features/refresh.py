@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from common.errors import StoreError
-from common.tasks import Behind, run_tasks
+from common.tasks import Behind, run_tasks, task_parts
 from etl import store
 from etl.loader import Report, parted, run_etl
 
@@ -39,10 +39,10 @@ def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
                    client=client)
 
 
-# A day of more metric series than this is computed in parts, at most MAX_PARTS: tasks that workers share, each the
-# series of a hash of their names (the first also the day's other tables). A part costs a task's start and a scan of
-# the day's points (both small: on a day of 10,000 pods, 225,000 series, eight parts took less time in one process than
-# one task). A simulated HipsterShop day has 1,000 series: one task. Chosen, not fitted.
+# A day of more metric series than this is computed in parts (a power of two, at most MAX_PARTS: `task_parts`): tasks
+# that workers share, each the series of a hash of their names (the first also the day's other tables). A part costs a
+# task's start and a scan of the day's points (both small: on a day of 10,000 pods, 225,000 series, eight parts took
+# less time in one process than one task). A simulated HipsterShop day has 1,000 series: one task. Chosen, not fitted.
 PART_SERIES = 20_000
 MAX_PARTS = 8
 
@@ -67,7 +67,7 @@ def _parts(con: duckdb.DuckDBPyConnection, day: dt.date) -> int:
     start = dt.datetime.combine(day, dt.time())
     (series,), = con.execute("select count(*) from (select distinct source, component, metric from metric_points "
                              "where ts >= ? and ts < ?)", [start, start + dt.timedelta(days=1)]).fetchall()
-    return max(1, min(MAX_PARTS, -(-series // PART_SERIES)))
+    return task_parts(series, PART_SERIES, MAX_PARTS)
 
 
 def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,

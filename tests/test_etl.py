@@ -520,7 +520,7 @@ def test_a_day_loaded_in_parts_holds_what_one_task_does_and_each_part_rebuilds_a
     a part's shard lost loads its own files again, and no other's."""
     whole, _ = replay_store
     db = tmp_path / "parts.duckdb"
-    monkeypatch.setattr(loader, "PART_BYTES", 2**20)  # the replay's day: a few megabytes
+    monkeypatch.setattr(loader, "PART_BYTES", 2**22)  # the replay's day: about ten megabytes
     report = nightly(replay, db)
     con = store.connect(db, read_only=True)
     keys = [k for k, in con.execute("select key from shards where kind = 'load' order by key").fetchall()]
@@ -528,7 +528,7 @@ def test_a_day_loaded_in_parts_holds_what_one_task_does_and_each_part_rebuilds_a
     assert len(keys) >= 3 and all("of" in k for k in keys) and not report.failed
     assert _tables(db) == _tables(whole)
 
-    monkeypatch.setattr(loader, "PART_BYTES", 2**19)  # another split: every part rebuilt, the old ones gone
+    monkeypatch.setattr(loader, "PART_BYTES", 2**20)  # another split: every part rebuilt, the old ones gone
     assert len(nightly(replay, db).loaded) == len(report.loaded)
     con = store.connect(db, read_only=True)
     again = {k for k, in con.execute("select key from shards where kind = 'load'").fetchall()}

@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from common.tasks import Behind
+from common.tasks import Behind, task_parts
 
 
 @pytest.mark.parametrize("inline", [False, True])
@@ -33,3 +33,8 @@ def test_behind_raises_a_pieces_error_at_the_next_put_and_starts_nothing_after_i
             for i in range(4):
                 behind.put(piece, i)
     assert ran == [0, 1]
+
+
+def test_work_splits_into_a_power_of_two_of_tasks_that_share_out_evenly_among_workers():
+    """Three parts on two workers leave one idle for a third of the work; four keep both busy."""
+    assert [task_parts(amount, 10, 8) for amount in (0, 10, 11, 25, 31, 41, 1000)] == [1, 1, 2, 4, 4, 8, 8]
