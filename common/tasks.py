@@ -57,7 +57,7 @@ def task_parts(amount: int, per: int, most: int) -> int:
     """How many tasks share work of `amount` (bytes, series) given about `per` a task: a power of two, at least one
     and at most `most`, so that the tasks share out evenly among workers of any power-of-two count (a day of 10,000
     pods loaded in three parts on two workers left one of them idle for a third of the load)."""
-    needed = max(1, min(most, -(-amount // per)))
+    needed = max(1, -(-amount // per))
     return min(most, 1 << (needed - 1).bit_length())
 
 
