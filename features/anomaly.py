@@ -43,21 +43,27 @@ def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, batches: Iter
                            ) -> int:
     """Recompute `metric_anomaly` for [lo, hi) from `batches` of whole series (`metric_series` over [lo - WINDOW, hi):
     the hour before lo is the baseline). Each batch's z-scores are staged in DuckDB as they are computed (a day of
-    many components computed at once held each intermediate column over all of them), then written in time order:
-    a window's query then reads only the row groups of its hours (their zone maps)."""
+    many components computed at once held each intermediate column over all of them), and its series' names apart,
+    then written in time order with their names: a window's query then reads only the row groups of its hours (their
+    zone maps). Sorting the points without their names is cheaper (on a day of 10,000 pods, a part's write took
+    0.4 s less of 6.6)."""
     con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
-    con.execute("""create or replace temp table anomaly_staged (ts timestamp, sid bigint, source text, component text,
-                   service text, metric text, value double, baseline double, z double)""")
+    con.execute("create or replace temp table anomaly_staged (ts timestamp, sid bigint, value double, baseline double, "
+                "z double)")
+    con.execute("create or replace temp table anomaly_names (sid bigint, source text, component text, service text, "
+                "metric text)")
     try:
         for names, points in batches:
             out = robust_z(points, ["sid"], "value", "ts").filter(pl.col("ts") >= lo)
-            con.execute("""insert into anomaly_staged
-                           select o.ts, o.sid, n.source, n.component, n.service, n.metric, o.value, o.baseline, o.z
-                           from out o join names n using (sid)""")
-        (rows,), = con.execute("""insert into metric_anomaly select * exclude (sid) from anomaly_staged
-                                  order by ts, sid""").fetchall()
+            con.execute("insert into anomaly_staged select ts, sid, value, baseline, z from out")
+            con.execute("insert into anomaly_names select sid, source, component, service, metric from names")
+        (rows,), = con.execute("""insert into metric_anomaly
+                                  select a.ts, n.source, n.component, n.service, n.metric, a.value, a.baseline, a.z
+                                  from anomaly_staged a join anomaly_names n using (sid) order by a.ts, a.sid"""
+                               ).fetchall()
     finally:
         con.execute("drop table if exists anomaly_staged")
+        con.execute("drop table if exists anomaly_names")
     return rows
 
 
