@@ -333,41 +333,83 @@ class Replay:
 
 
 def labelled_stores(tmp: Path, replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE,
-                    seed: int = 1, progress=lambda what: None):
+                    seed: int = 1, progress=lambda what: None, kept: Path | None = None, built: str = ""):
     """(name, store, input.json, groundtruth.jsonl) for a simulated replay of each schedule (a missing file is
-    skipped) and each real dump."""
+    skipped) and each real dump, each built in a folder of its own under `tmp`. With `kept`, the folders are there
+    instead, and a store is used again while what built it is the same: `built` (a fingerprint of the code that
+    builds stores), and the schedule, system, scale and seed of a replay, the files of a real dump."""
     for name, replay in replays.items():
         if not Path(replay.schedule).is_file():
             continue
-        progress(f"simulating {name}")
-        dump, db = tmp / name, tmp / f"{name}.duckdb"
-        subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule", str(replay.schedule),
-                        "--system", replay.system, "--scale", str(scale), "--seed", str(seed),
-                        *(["--cluster-state"] if replay.cluster else [])], check=True, stdout=subprocess.DEVNULL)
-        progress(f"loading {name}")
-        nightly(dump, db)
-        yield name, db, dump / "input.json", dump / "groundtruth.jsonl"
+        system = Path(replay.system)
+        folder, ready = _folder(kept or tmp, name, {
+            "code": built, "schedule": _sha1(Path(replay.schedule).read_bytes()), "scale": scale, "seed": seed,
+            "cluster": replay.cluster, "system": _sha1(system.read_bytes()) if system.is_file() else replay.system})
+        db, cases = folder / "store.duckdb", folder / "cases"
+        if not ready:
+            progress(f"simulating {name}")
+            dump = folder / "dump"
+            subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--schedule",
+                            str(replay.schedule), "--system", replay.system, "--scale", str(scale), "--seed",
+                            str(seed), *(["--cluster-state"] if replay.cluster else [])], check=True,
+                           stdout=subprocess.DEVNULL)
+            progress(f"loading {name}")
+            nightly(dump, db)
+            cases.mkdir()
+            for labels in ("input.json", "groundtruth.jsonl"):
+                (dump / labels).rename(cases / labels)
+            shutil.rmtree(dump)  # the store holds what the measures read
+            _built(folder)
+        yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
     for path in real:
         if Path(path).is_dir():
             name = Path(path).name
-            progress(f"loading {name}")
-            cases, db = tmp / f"{name}-cases", tmp / f"{name}.duckdb"
-            write_cases(path, cases)
-            nightly(path, db)
+            files = sorted((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns)
+                           for f in Path(path).rglob("*") if f.is_file())
+            folder, ready = _folder(kept or tmp, name, {"code": built, "dump": str(Path(path).resolve()),
+                                                        "files": _sha1(json.dumps(files).encode())})
+            db, cases = folder / "store.duckdb", folder / "cases"
+            if not ready:
+                progress(f"loading {name}")
+                write_cases(path, cases)
+                nightly(path, db)
+                _built(folder)
             yield name, db, cases / "input.json", cases / "groundtruth.jsonl"
 
 
+def _sha1(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()
+
+
+def _folder(root: Path, name: str, tag: dict) -> tuple[Path, bool]:
+    """The folder of the labelled store `name` under `root`, and whether it holds a store built as `tag` says (its
+    `built.json`, which `_built` writes once the store is whole); if not, it is emptied for a new one."""
+    folder = root / re.sub(r"[^\w.-]+", "-", name)
+    if (folder / "built.json").is_file() and json.loads((folder / "built.json").read_text()) == tag:
+        return folder, True
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "tag.json").write_text(json.dumps(tag) + "\n")
+    return folder, False
+
+
+def _built(folder: Path) -> None:
+    (folder / "tag.json").rename(folder / "built.json")
+
+
 def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCALE, seed: int = 1,
-        progress=lambda what: None, measure=None, keep: Path | None = None, code: str = "", workers: int = 1) -> dict:
+        progress=lambda what: None, measure=None, keep: Path | None = None, code: str = "", workers: int = 1,
+        stores: Path | None = None, built: str = "") -> dict:
     """`measure` (by default `ranking`; or `detection`) on each labelled store, `workers` stores at once (tasks on a
     local Dask cluster, a process each). With `keep`, each store's result is saved there as it ends, and a rerun by
     the same `code` (at the same scale and seed, of the same schedule) measures only the stores it lacks: an
-    interrupted run goes on where it stopped."""
+    interrupted run goes on where it stopped. With `stores`, the stores themselves are kept there, and used again
+    while the code that builds them (`built`) is the same (`labelled_stores`)."""
     measure = measure or ranking
     names = [*replays, *(Path(p).name for p in real)]
     saved, tags, result = {}, {}, {}
     if keep:  # each store's file, and what its result was measured by
-        schedules = {name: hashlib.sha1(Path(r.schedule).read_bytes()).hexdigest()
+        schedules = {name: _sha1(Path(r.schedule).read_bytes())
                      for name, r in replays.items() if Path(r.schedule).is_file()}
         tags = {name: {"scale": scale, "seed": seed, "measure": measure.__name__, "code": code,
                        "schedule": schedules.get(name)} for name in names}
@@ -378,7 +420,7 @@ def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCAL
             result[name] = kept["result"]
     todo = [({n: r}, []) for n, r in replays.items() if n not in result]
     todo += [({}, [p]) for p in real if Path(p).name not in result]
-    one = partial(_measured, scale=scale, seed=seed, measure=measure)
+    one = partial(_measured, scale=scale, seed=seed, measure=measure, stores=stores, built=built)
     with cluster(workers if workers > 1 else None, None) as client:
         for _, got in run_tasks(one if client else partial(one, progress=progress), todo, client, STORE_SECONDS):
             for name, figures in got.items():
@@ -391,11 +433,11 @@ def run(replays: dict[str, Replay], real: list[Path], scale: float = REPLAY_SCAL
 
 
 def _measured(store: tuple[dict[str, Replay], list[Path]], scale: float, seed: int, measure,
-              progress=lambda what: None) -> dict:
+              stores: Path | None = None, built: str = "", progress=lambda what: None) -> dict:
     """`measure` on one labelled store (a replay or a real dump; none where its schedule is missing), in a folder
-    of its own that is gone when it ends."""
+    of its own that is gone when it ends, or kept in `stores`."""
     with tempfile.TemporaryDirectory() as tmp:
-        for name, db, input_json, truth in labelled_stores(Path(tmp), *store, scale, seed, progress):
+        for name, db, input_json, truth in labelled_stores(Path(tmp), *store, scale, seed, progress, stores, built):
             progress(f"{measure.__name__}: {name}")
             return {name: measure(db, input_json, truth)}
     return {}

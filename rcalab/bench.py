@@ -35,6 +35,7 @@ class Settings:
     seed: int = 1  # systems: which systems are drawn
     cases: Path | None = None  # cluster: Cloud-OpsBench's case folders
     workers: int = 1  # rank, systems, detect: stores measured at once, on a local Dask cluster
+    stores: Path | None = None  # rank, systems, detect: where labelled stores are kept, to be used again
 
 
 def cell(text) -> str:
@@ -92,8 +93,8 @@ def _rank(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from judge.bench import ranked
 
     result = run(_replays(settings, settings.random, kubernetes=True), settings.real,
-                 scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked, keep=settings.out / "rank",
-                 code=code(), workers=settings.workers)
+                 scale=settings.scale or REPLAY_SCALE, progress=progress, measure=ranked,
+                 **_kept(settings, settings.out / "rank"))
     return result, [rank_table(result), baselines_table(result), answers_table(result),
                     missed_table(result, *RANK_MISSED)]
 
@@ -109,15 +110,69 @@ SYSTEMS_SCALE = 0.02
 def code() -> str:
     """A fingerprint of the code a result depends on (the stages' packages and their data): a saved result is
     reused only by the same code."""
+    return _fingerprint([path for package in ("etl", "features", "testbed", "judge", "reasoner")
+                         for path in _package(package)])
+
+
+def store_code() -> str:
+    """A fingerprint of the code a labelled store is built by: the simulator, the ETL and the floor below them
+    whole (their data too), and of the features the modules the nightly job imports; not the ranking or detection
+    that read the store, so that a change to them is measured on the stores kept (`--stores`)."""
+    return _fingerprint([path for package in ("common", "etl", "testbed") for path in _package(package)]
+                        + sorted(_imported("features.refresh")))
+
+
+def _package(package: str) -> list[Path]:
+    import importlib.util
+
+    root = Path(importlib.util.find_spec(package).origin).parent
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _imported(module: str) -> set[Path]:
+    """The source files of `module` and of the modules of its package that it imports, and they import."""
+    import ast
+    import importlib.util
+
+    package, todo, files = module.partition(".")[0], [module], set()
+    while todo:
+        name = todo.pop()
+        path = Path(importlib.util.find_spec(name).origin)
+        if path in files:
+            continue
+        files.add(path)
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), here)
+                names = [base]
+                if base.partition(".")[0] == package and importlib.util.find_spec(base).submodule_search_locations:
+                    names += [f"{base}.{alias.name}" for alias in node.names]  # modules, or names in `base`
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            todo += [n for n in names if n.partition(".")[0] == package and importlib.util.find_spec(n)]
+    return files
+
+
+def _fingerprint(paths: list[Path]) -> str:
+    """A hash of files of the stages' packages, each named from the folder that holds the packages."""
     import hashlib
     import importlib.util
 
+    base = Path(importlib.util.find_spec("common").origin).parents[1]
     digest = hashlib.sha1()
-    for package in ("etl", "features", "testbed", "judge", "reasoner"):
-        root = Path(importlib.util.find_spec(package).origin).parent
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            digest.update(f"{package}/{path.relative_to(root)}\0".encode() + path.read_bytes())
+    for path in paths:
+        digest.update(f"{path.relative_to(base)}\0".encode() + path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def _kept(settings: Settings, keep: Path) -> dict:
+    """What `features.bench.run` keeps of a bench's run: each store's result in `keep`, measured by this code, and
+    with `--stores`, the stores themselves, built by this code."""
+    return {"keep": keep, "code": code(), "workers": settings.workers, "stores": settings.stores,
+            "built": store_code() if settings.stores else ""}
 
 
 def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
@@ -137,8 +192,8 @@ def _systems(settings: Settings, progress) -> tuple[dict, list[Table]]:
         path.write_text(dump(draw(seed)))
         systems[path] = load(path)
     replays = _replays(Settings(settings.out, systems=[str(path) for path in systems]), SYSTEM_CASES)
-    result = run(replays, [], scale=settings.scale or SYSTEMS_SCALE, progress=progress, measure=ranking, keep=folder,
-                 code=code(), workers=settings.workers)
+    result = run(replays, [], scale=settings.scale or SYSTEMS_SCALE, progress=progress, measure=ranking,
+                 **_kept(settings, folder))
     for path, system in systems.items():
         result[f"{path.stem} random"] |= {"components": len(system.components),
                                           "pods": sum(c.replicas for c in system.components.values())}
@@ -168,7 +223,7 @@ def _detect(settings: Settings, progress) -> tuple[dict, list[Table]]:
     if settings.random:  # half a day of each system, a random fault an hour; and of the cluster's own faults
         days |= _replays(Settings(settings.out, systems=settings.systems), DETECT_RANDOM, DETECT_RANDOM, "half day",
                          kubernetes=True)
-    keep = {"keep": settings.out / "detect", "code": code(), "workers": settings.workers}
+    keep = _kept(settings, settings.out / "detect")
     result = run(days, settings.real, scale=settings.scale or 0.05, seed=7, progress=progress, measure=detection,
                  **keep)
     if "hipstershop" in settings.systems:  # the day's volume of a real system: the scan's time

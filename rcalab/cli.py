@@ -98,8 +98,13 @@ def simulate(out, schedule, cases, limit, scale, seed, hours, system_, fmt, clus
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="rank, systems, detect: measure this many stores (a system's schedule, a real day) at once, on a "
                    "local Dask cluster (detect's seconds then count the others' load).")
+@click.option("--stores", type=click.Path(path_type=Path, file_okay=False),
+              help="rank, systems, detect: keep each labelled store (a simulated schedule's, a real day's) in this "
+                   "folder, and use it again while the code that builds stores (the simulator, the ETL, the feature "
+                   "tables), the schedule, scale and seed are the same: a change to ranking or detection is then "
+                   "measured without simulating and loading again.")
 @reports_errors
-def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, cases, systems, workers):
+def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, cases, systems, workers, stores):
     """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.
 
     testbed times one simulated day (and a day of each system at 0.01) and checks the fault signatures of each
@@ -115,7 +120,7 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
     runs both agents on a sample of each (SAMPLE of every fault type); detect finds the incidents of a simulated day
     of each system (and of half a day of the cluster's own faults) and of each real day, and scores the confidence.
     rank, systems and detect keep each store's result in OUT/WHAT as it ends: a rerun by the same code goes on where
-    an interrupted run stopped.
+    an interrupted run stopped; with --stores, they keep the stores too.
 
     Example: rcalab bench rank --system trainticket --random 10 --scale 0.1
     """
@@ -123,7 +128,7 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
     from testbed.system import shipped_names
 
     settings = Settings(out, scale, nezha, sample, schedule, list(real), random, list(systems) or shipped_names(), seed,
-                        cases, workers)
+                        cases, workers, stores)
     with working(what) as update:
         tables = run(what, settings, page, update)
     for table in tables:

@@ -4,6 +4,7 @@ section of the benchmarks page, and the README stays short with links that lead 
 import re
 from pathlib import Path
 
+import pytest
 from cogapp import Cog
 from rich.table import Table
 
@@ -121,3 +122,38 @@ def test_stores_measured_at_once_each_in_a_process_of_its_own_give_what_one_at_a
     assert [{k: v for k, v in r.items() if k not in digest_times} for r in both.values()] == \
            [{k: v for k, v in r.items() if k not in digest_times} for r in one.values()]
     assert json.loads((tmp_path / "kept" / "ranking-case-0.json").read_text())["result"] == both["case 0"]
+
+
+def test_a_bench_builds_a_kept_store_once_while_the_code_that_builds_stores_is_the_same(tmp_path, monkeypatch):
+    """`bench rank --stores DIR`: a replay's store is kept in DIR (without its dump) and measured again without
+    simulating or loading; another fingerprint of the code that builds stores, or another schedule, builds it anew.
+    The fingerprint reads the features the nightly job computes, not those the ranking reads."""
+    import subprocess
+
+    from features.bench import Replay, ranking, run
+    from rcalab.bench import _imported
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "challenge2025" / "groundtruth-phaseone.jsonl"
+    schedule = tmp_path / "case.jsonl"
+    schedule.write_text(shared.read_text().splitlines()[0] + "\n")
+    replays, stores = {"case 0": Replay(schedule)}, tmp_path / "stores"
+
+    def measured(built):
+        result = run(replays, [], scale=0.005, measure=ranking, stores=stores, built=built)["case 0"]
+        return {k: v for k, v in result.items() if not k.startswith("digest_seconds")}
+
+    first = measured("1")
+    kept = {p.name for p in (stores / "case-0").iterdir()}
+    assert {"built.json", "cases", "store.duckdb", "store.duckdb.shards"} <= kept and "dump" not in kept
+    assert first["cases"] == 1
+    simulated = []
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: simulated.append(args) or 1 / 0)
+    assert measured("1") == first and simulated == []
+    with pytest.raises(ZeroDivisionError):
+        measured("2")
+    assert not (stores / "case-0" / "built.json").exists()  # an unfinished store is not used
+    with pytest.raises(ZeroDivisionError):
+        schedule.write_text(schedule.read_text() * 2)
+        measured("1")
+    assert {p.name for p in _imported("features.refresh")} >= {"refresh.py", "anomaly.py", "changepoints.py"}
+    assert not {p.name for p in _imported("features.refresh")} & {"ranker.py", "digest.py", "detect.py"}
