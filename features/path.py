@@ -96,29 +96,39 @@ def _items(ranking: Ranking, component: str) -> list[Item]:
     return sorted((it for it in ranking.items if it.component in names), key=strength)
 
 
-def onset(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, item: Item) -> dt.datetime | None:
-    """The first minute of the window in which an item's signal moved: its metric past `ONSET_Z` (in the way it
-    moved), its log keyword's first line, its calls' first slow or failing minute; None where the store cannot
-    say (a silence, an event path)."""
-    names = list(_members(ranking, item.component))
-    span = [w.start, w.end]
-    if item.kind in ("metric", "changepoint"):
-        z = "z <= ?" if item.fell else "z >= ?"
-        sql = f"""select min(ts) from metric_anomaly where metric = ? and component in (select unnest(?))
-                  and ts between ? and ? and {z}"""
-        params = [item.key, names, *span, -ONSET_Z if item.fell else ONSET_Z]
-    elif item.kind == "log":
-        sql = """select min(ts) from log_lines where component in (select unnest(?)) and ts between ? and ?
-                 and contains(message, ?)"""
-        params = [names, *span, item.key]
-    elif item.kind == "trace":
-        sql = """select min(minute) from trace_edge_anomaly where (caller in (select unnest(?))
-                 or callee in (select unnest(?))) and minute between ? and ?
-                 and (latency_z >= ? or error_rate - baseline_error_rate >= ?)"""
-        params = [names, names, *span, ONSET_Z, ERROR_RISE]
-    else:
-        return None
-    return con.execute(sql, params).fetchone()[0]
+def onset(con: duckdb.DuckDBPyConnection, w: Window, ranking: Ranking, items: list[Item]) -> dt.datetime | None:
+    """The first minute any of a component's items moved: a metric past `ONSET_Z` (in the way it moved), a log
+    keyword's first line, calls' first slow or failing minute; None where the store cannot say (a silence, an event
+    path). A query for each kind of item, not for each item (a digest asks of dozens)."""
+    found = []
+    span = {"start": w.start, "end": w.end}
+    metrics = [(it.key, it.fell, _members(ranking, it.component)) for it in items
+               if it.kind in ("metric", "changepoint")]
+    if metrics:
+        first = {(metric, component): (up, down) for metric, component, up, down in con.execute("""
+            select metric, component, min(ts) filter (where z >= $z), min(ts) filter (where z <= -$z)
+            from metric_anomaly where metric in (select unnest($keys)) and component in (select unnest($names))
+              and ts between $start and $end group by all""",
+            span | {"z": ONSET_Z, "keys": sorted({key for key, _, _ in metrics}),
+                    "names": sorted(set().union(*(names for _, _, names in metrics)))}).fetchall()}
+        found += [first.get((key, c), (None, None))[fell] for key, fell, names in metrics for c in names]
+    logs = [(it.key, _members(ranking, it.component)) for it in items if it.kind == "log"]
+    if logs:
+        first = {(key, component): ts for key, component, ts in con.execute("""
+            select k.key, l.component, min(l.ts) from log_lines l join (select unnest($keys) as key) k
+                on contains(l.message, k.key)
+            where l.component in (select unnest($names)) and l.ts between $start and $end group by all""",
+            span | {"keys": sorted({key for key, _ in logs}),
+                    "names": sorted(set().union(*(names for _, names in logs)))}).fetchall()}
+        found += [first.get((key, c)) for key, names in logs for c in names]
+    traced = set().union(*(_members(ranking, it.component) for it in items if it.kind == "trace"))
+    if traced:  # the first minute of any of them is the first of their union
+        found.append(con.execute("""
+            select min(minute) from trace_edge_anomaly where (caller in (select unnest($names))
+                or callee in (select unnest($names))) and minute between $start and $end
+              and (latency_z >= $z or error_rate - baseline_error_rate >= $rise)""",
+            span | {"names": sorted(traced), "z": ONSET_Z, "rise": ERROR_RISE}).fetchone()[0])
+    return min((t for t in found if t is not None), default=None)
 
 
 class Walker:
@@ -133,8 +143,7 @@ class Walker:
     def hop(self, component: str) -> Hop:
         if component not in self._seen:
             items = _items(self.ranking, component)
-            onsets = [t for t in (onset(self.con, self.w, self.ranking, it) for it in items) if t is not None]
-            self._seen[component] = items, min(onsets, default=None)
+            self._seen[component] = items, onset(self.con, self.w, self.ranking, items)
         return Hop(component, *self._seen[component])
 
     def walk(self, chain: list[str]) -> list[Hop]:
