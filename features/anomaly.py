@@ -45,8 +45,8 @@ def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, batches: Iter
     the hour before lo is the baseline). Each batch's z-scores are staged in DuckDB as they are computed (a day of
     many components computed at once held each intermediate column over all of them), and its series' names apart,
     then written in time order with their names: a window's query then reads only the row groups of its hours (their
-    zone maps). Sorting the points without their names is cheaper (on a day of 10,000 pods, a part's write took
-    0.4 s less of 6.6)."""
+    zone maps). Sorting the points without their names is cheaper (a part of a wide day, 2.6 M points, took 6.1 s of
+    CPU in place of 6.6)."""
     con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
     con.execute("create or replace temp table anomaly_staged (ts timestamp, sid bigint, value double, baseline double, "
                 "z double)")
