@@ -23,7 +23,9 @@
    (its messages waiting) is explained by an anomalous dependency (its broker, anomalous too in what it holds: its
    memory swells with the messages it keeps, which no call feels), or by an anomalous caller where it took more
    messages than before (its producers' load), and is its own where neither is. A unit
-   with no local signal at all is an echo of something it calls, seen or not; but one that is called and
+   with no local signal, or none that says more than what is left of an anomalous unit's trouble once explained
+   (`WEAK`: a line it had not logged before, once, beside requests that tripled), is an echo of something it
+   calls, seen or not; but one that is called and
    calls nothing, traced or declared, waits on nothing: its latency is its own work (its errors may still be
    what its callers sent it). A change explains another only while it holds: a dependency's change undone before it
    held half the window explains none of a caller's trouble that held. The deepest anomalous unit with healthy
@@ -65,6 +67,10 @@ PATH = "path"  # the signal of a component's own code path that changed in its s
 FELT = UPWARD | LIVENESS | {ERROR_ORIGIN, PATH, "link", "self time", "log", "silence"}
 METRIC_KINDS = {"metric", "changepoint"}  # the families that read metric series
 ANOMALOUS = 0.2
+# A local signal weaker than this is no account of a unit's trouble: what is left of an anomalous unit's once explained.
+# A constant (two chosen ones multiplied), not fitted: the weak local signals seen beside a unit's trouble that was
+# not its own were 0.01 and 0.001 (a new line, once); a real fault's own, 0.18 (Online Boutique's adservice exception).
+WEAK = EXPLAINED * ANOMALOUS
 CARRIES = 0.5  # a replica whose own anomaly is at least this share of the strongest replica's carries the fault
 SPECIFIC = 3  # a family that flags this many components or fewer keeps its scores whole
 MAX_EVIDENCE = 4
@@ -275,7 +281,7 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
                          for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= max(ANOMALOUS, CARRIES * measure[u]) else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
-        unexplained = not any(local(it) for it in units[u])
+        unexplained = not any(local(it) and it.blame >= WEAK for it in units[u])
         # more load where it comes in is the users' doing (a series gone silent took none)
         users = service_of.get(u, u) in entry and fed([it for it in units[u] if it.kind != "silence"])
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,

@@ -741,6 +741,43 @@ def test_more_load_where_it_comes_in_is_the_users_doing_and_the_part_it_overwhel
     assert rank(gone, g, {}, set())[0].component == "entry"
 
 
+def flooded_route(line: float):
+    """A drawn system's flood: the users' requests rose at the entry (a weak change among many), every replica of the
+    service on the route took three times its requests (together far past chance) and logged a line of blame `line`,
+    and the service the flood overwhelmed saturated its CPU. The graph, the pods, and the items with and without the
+    entry's."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_edge("entry", "route", kind="call", calls=20)
+    g.add_edge("route", "store", kind="call", calls=20)
+    pods = {"route": {f"route-{i}" for i in range(4)}}
+    for p in pods["route"]:
+        g.add_edge("route", p, kind="has")
+    entry = Item("entry", "changepoint", 0.15, "request", "change point request of entry", "traffic")
+    route = [Item(p, "metric", 0.48, "request", f"metric request of {p}", "traffic") for p in sorted(pods["route"])]
+    logged = Item("route-0", "log", line, "retry", 'log route-0: "retry <*>"', "log")
+    cpu = Item("store", "metric", 0.43, "pod_cpu_usage", "metric pod_cpu_usage of store", "cpu")
+    return g, pods, [entry, *route, logged, cpu], [*route, logged, cpu]
+
+
+def test_a_local_signal_far_weaker_than_a_unit_s_trouble_is_no_account_of_it():
+    """The route of a flood logged a line it had not logged before (a rare line among three times the requests); among
+    10,000 pods, one failed two calls in a row, from none, and logged its ordinary line where it had logged none the
+    hour before. Neither line accounts for the trouble beside it; a log of the unit's own errors does."""
+    from features.ranker import rank
+
+    g, pods, items, _ = flooded_route(0.01)
+    assert rank(items, g, pods, set())[0].component == "store"
+
+    failed = Item("f1-4", "changepoint", 0.52, "server_error", "change point server_error of f1-4: 0 -> 0.667",
+                  "errors", brief=True)
+    line = Item("f1-4", "log", 0.001, "serving", 'log f1-4 (new, 0.1/min): "serving <*>"', "log")
+    assert rank([failed, line], g, {}, set())[0].score < ABNORMAL
+    logged = replace(line, score=0.3, key="failed", text='log f1-4 (x9): "ERROR request <*> failed"')
+    assert rank([failed, logged], g, {}, set())[0].score >= failed.score
+
+
 def test_an_error_count_that_grew_with_its_traffic_kept_its_share_and_is_no_evidence(tiny):
     """cart's requests and its errors both quadruple (its error share held); pay's errors grow twenty times."""
     con = tiny.done()
