@@ -16,8 +16,9 @@
    signals, but little of its latency and errors when a dependency (what it calls, within two
    calls, and its node when that node hosts anomalous pods of two or more services) is
    anomalous, as far as half the unit's own felt trouble (a chance blip among hundreds of dependencies explains none of
-   a trouble many times its size), and little of a traffic change when a caller is, or when the load fell where it comes
-   in (a service that calls and that nothing calls). A caller whose callees lost their traffic stopped
+   a trouble many times its size), and little of a traffic change when a caller is, when the load fell where it comes
+   in (a service that calls and that nothing calls), or when more requests came through a caller whose own requests
+   rose (its callers' load, passed down). A caller whose callees lost their traffic stopped
    calling them, unless a callee is down itself (its processes stopped, it says it is not up): then
    no call could reach it, and the fall is its own (a storage part that restarts, not the SQL layer). A consumer's lag
    (its messages waiting) is explained by an anomalous dependency (its broker, anomalous too in what it holds: its
@@ -281,11 +282,14 @@ def rank(items: list[Item], g: nx.DiGraph, pods_of: dict[str, set[str]], nodes: 
                          for d in deps if d in cands and d != u), default=(0.0, None))
         c.explained_by = by if worst >= max(ANOMALOUS, CARRIES * measure[u]) else None
         calling = max((own_of[d] for d in callers(g, u) if d in cands and d != u), default=0.0)
+        # more requests came through a caller whose own requests rose: its callers' load, passed down
+        passed = any(fed(units[p]) for d in callers(g, u) if service_of.get(d, d) != service_of.get(u, u)
+                     for p in {d} | pods_of.get(d, set()) if p in units)
         unexplained = not any(local(it) and it.blame >= WEAK for it in units[u])
         # more load where it comes in is the users' doing (a series gone silent took none)
         users = service_of.get(u, u) in entry and fed([it for it in units[u] if it.kind != "silence"])
         c.score = anomaly(units[u], up=c.explained_by is not None or unexplained,
-                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}) or users,
+                          down=calling >= ANOMALOUS or unexplained or bool(fallen - {u}) or users or passed,
                           unreachable=any(down(units[d]) for d in deps if d in units and d != u),
                           slow_alone=c.explained_by is None and leaf(g, u), replicas=service_of)
         if broke - {u} and unfelt(units[u]):

@@ -778,6 +778,16 @@ def test_a_local_signal_far_weaker_than_a_unit_s_trouble_is_no_account_of_it():
     assert rank([failed, logged], g, {}, set())[0].score >= failed.score
 
 
+def test_more_requests_through_a_caller_whose_own_requests_rose_are_load_passed_down():
+    """The route of a flood logged three times a line it logs now and then: its rise is the entry's load passed down,
+    its line no cause of it; the same rise where no caller's requests rose is the route's own."""
+    from features.ranker import rank
+
+    g, pods, items, alone = flooded_route(0.1)
+    assert rank(items, g, pods, set())[0].component == "store"
+    assert rank(alone, g, pods, set())[0].component == "route"
+
+
 def test_an_error_count_that_grew_with_its_traffic_kept_its_share_and_is_no_evidence(tiny):
     """cart's requests and its errors both quadruple (its error share held); pay's errors grow twenty times."""
     con = tiny.done()
