@@ -23,30 +23,46 @@ def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: 
     source, component, service, metric), and their points, a value a minute (`sid`, ts, value) ordered by series and
     time. `sid` numbers the series in the order of their names, over all batches. A series' names are not repeated on
     each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold).
-    With `parts`, only the series of one `part` (a hash of its names, taken of each series, not of each point: on a day
-    of 10,000 pods, hashing every point took six times as long as grouping them all), so that tasks may share a day's
-    series."""
-    con.execute("""
+    With `parts`, only the series of one `part`: those of the components of a hash of their name (the first part's
+    also those of none), so that tasks may share a day's series. A part's scans keep to its components' points before
+    they group or join any (a part of a day of 10,000 pods, one of eight, read its series in 4.0 s of CPU when it
+    grouped every point of the day first, in 1.2 s this way; a hash compared with an untyped parameter is cast to a
+    128-bit integer on every point, and took 6 s)."""
+    con.execute("create or replace temp table series_components as select distinct component from metric_points "
+                "where ts >= ? and ts < ? and hash(component) % ?::ubigint = ?::ubigint", [lo, hi, parts, part])
+    mine = "({0} in (select component from series_components) or {0} is null and $part = 0)"  # a part's points
+    con.execute(f"""
         create or replace temp table series_names as
         select *, (sum(n) over (order by sid) - n) // $points as batch from (
             select row_number() over (order by source, component, metric) as sid, *
             from (select source, component, metric, any_value(service) as service, count(*) as n from metric_points
-                  where ts >= $lo and ts < $hi group by all)
-            where hash(source, component, metric) % $parts = $part)""",
-                {"lo": lo, "hi": hi, "points": SERIES_POINTS, "part": part, "parts": parts})
+                  where ts >= $lo and ts < $hi and {mine.format('component')} group by all))""",
+                {"lo": lo, "hi": hi, "points": SERIES_POINTS, "part": part})
     try:
-        con.execute("""
+        con.execute(f"""
             create or replace temp table series_points as
-            select sid, ts, avg(value) as value from metric_points m join series_names s
+            select sid, ts, value from metric_points m join series_names s
                 on m.source is not distinct from s.source and m.component is not distinct from s.component
                 and m.metric is not distinct from s.metric
-            where ts >= ? and ts < ? group by all order by sid, ts""", [lo, hi])
+            where ts >= $lo and ts < $hi and {mine.format('m.component')} order by sid, ts""",
+                    {"lo": lo, "hi": hi, "part": part})
         for first, last in con.execute("select min(sid), max(sid) from series_names group by batch order by batch"
                                        ).fetchall():
             yield (frame(con, "select sid, source, component, service, metric from series_names "
                               "where sid between ? and ? order by sid", [first, last]),
-                   frame(con, "select sid, ts, value from series_points where sid between ? and ? order by sid, ts",
-                         [first, last]))
+                   merged(frame(con, "select sid, ts, value from series_points where sid between ? and ? "
+                                     "order by sid, ts", [first, last])))
     finally:
+        con.execute("drop table if exists series_components")
         con.execute("drop table if exists series_names")
         con.execute("drop table if exists series_points")
+
+
+def merged(points: pl.DataFrame) -> pl.DataFrame:
+    """Points ordered by series and time, each series' points of the same time merged into their mean. Such points
+    are rare, and found next to each other: a batch without them is returned as it is (DuckDB grouping a part's
+    6.7 M points of a wide day to merge them took 3 s of CPU, most of its read)."""
+    same = (pl.col("sid") == pl.col("sid").shift()) & (pl.col("ts") == pl.col("ts").shift())
+    if not points.select(same.any()).item():
+        return points
+    return points.group_by("sid", "ts", maintain_order=True).agg(pl.col("value").mean())

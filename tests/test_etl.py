@@ -420,6 +420,33 @@ def test_a_day_s_features_computed_a_batch_of_series_at_a_time_are_those_of_the_
     assert batches > 100
 
 
+def test_a_series_points_of_one_time_are_read_as_their_mean_and_parts_share_the_series():
+    """Points of one series at one time (two files of the same minute) are read as one, their mean, without grouping
+    every point; the parts of a day hold every series once, those without a component in the first."""
+    import datetime as dt
+
+    from features import metric_series
+
+    con = duckdb.connect()
+    con.execute("create table metric_points (ts timestamp, source text, component text, service text, metric text, "
+                "value double)")
+    t, later = dt.datetime(2025, 6, 5), dt.datetime(2025, 6, 5, 0, 1)
+    rows = [(t, "a-0", 1.0), (t, "a-0", 3.0), (later, "a-0", 5.0), (t, None, 7.0), (t, None, 9.0),
+            *((t, f"b-{i}", float(i)) for i in range(20))]
+    con.executemany("insert into metric_points values (?, 'apm', ?, 'a', 'rrt', ?)", rows)
+    (names, points), = metric_series(con, t, later + dt.timedelta(minutes=1))
+    assert names["component"][0] == "a-0" and names["component"][-1] is None
+    assert points.filter(points["sid"] == 1)["value"].to_list() == [2.0, 5.0]
+    assert points.filter(points["sid"] == len(names))["value"].to_list() == [8.0]
+
+    parts = [[(n["component"], len(p.filter(p["sid"] == n["sid"])))
+              for names, p in metric_series(con, t, later + dt.timedelta(minutes=1), part, 4)
+              for n in names.iter_rows(named=True)] for part in range(4)]
+    assert sorted(sum(parts, []), key=str) == sorted([("a-0", 2), (None, 1), *((f"b-{i}", 1) for i in range(20))],
+                                                     key=str)
+    assert (None, 1) in parts[0]
+
+
 def test_change_points_of_series_without_a_service_and_then_with_one_make_one_table():
     """A batch whose first hundred change points were a node's (no service) failed at the first pod's: polars
     guessed the service column's type from the first rows."""
