@@ -41,8 +41,9 @@ def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
 
 # A day of more metric series than this is computed in parts (a power of two, at most MAX_PARTS: `task_parts`): tasks
 # that workers share, each the series of the components of a hash of their names (the first also the day's other
-# tables). A part costs a task's start and a scan of the day's points (both small: on a day of 10,000 pods, 225,000
-# series, eight parts took less time in one process than one task). A simulated HipsterShop day has 1,000 series: one task. Chosen, not fitted.
+# tables). A part costs a task's start and a scan of the day's components (both small: on a day of 10,000 pods,
+# 225,000 series, eight parts took less time in one process than one task). A simulated HipsterShop day has 1,000
+# series: one task. Chosen, not fitted.
 PART_SERIES = 20_000
 MAX_PARTS = 8
 
