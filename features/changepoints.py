@@ -21,20 +21,10 @@ MIN_SIZE = 3
 MIN_POINTS = 30
 
 
-def changepoints(values: np.ndarray) -> list[int]:
-    """Indices where a new segment starts (none for short or flat series)."""
-    n = len(values)
-    if n < MIN_POINTS:
-        return []
-    median = np.median(values)
-    scale = 1.4826 * np.median(np.abs(values - median))
-    if scale <= 0:
-        scale = np.std(values)
-    if scale <= 0:
-        return []
-    signal = ((values - median) / scale).reshape(-1, 1)
-    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SIZE).fit(signal)
-    return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(n))[:-1]]
+def changepoints(signal: np.ndarray) -> list[int]:
+    """Indices where a new segment of a standardised series starts."""
+    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SIZE).fit(signal.reshape(-1, 1))
+    return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(len(signal)))[:-1]]
 
 
 # The columns' types, not guessed from the first rows: a node's series has no service, and a batch whose first hundred
@@ -45,27 +35,33 @@ SCHEMA = {"ts": pl.Datetime("us"), "day": pl.Date, "source": pl.String, "compone
 
 def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -> pl.DataFrame:
     """The `changepoints` rows of a UTC day, from `metric_series` over the day (points before it are left out: the
-    read may hold the hour before, for the anomaly table's baseline); numpy and ruptures alone, no store."""
+    read may hold the hour before, for the anomaly table's baseline); polars, numpy and ruptures alone, no store. Each
+    series' robust scale (and its spread, for a change's score) is computed for the whole batch at once (one series at
+    a time in numpy, it was a fifth of the change points' CPU on a day of 10,000 pods; ruptures' search is the rest).
+    Short and flat series have none."""
     names, points = series
     first = names["sid"][0] if len(names) else 1  # a batch's series, numbered on from the batches before it
-    sids, values, ts = points["sid"].to_numpy(), points["value"].to_numpy(), points["ts"]
-    when, start = ts.to_numpy(), np.datetime64(dt.datetime.combine(day, dt.time()))
-    starts = [0, *(np.flatnonzero(np.diff(sids)) + 1), len(sids)] if len(sids) else []
+    points = points.filter(pl.col("ts") >= dt.datetime.combine(day, dt.time()))
+    v = pl.col("value")
+    stats = points.group_by("sid", maintain_order=True).agg(
+        n=pl.len(), median=v.median(), mad=(v - v.median()).abs().median(), std=v.std(ddof=0)
+    ).with_columns(end=pl.col("n").cum_sum(), scale=pl.when(pl.col("mad") > 0).then(1.4826 * pl.col("mad"))
+                   .otherwise(pl.col("std")))
+    values, ts = points["value"].to_numpy(), points["ts"]
     rows = []
-    for lo, hi in zip(starts, starts[1:]):
-        lo += int(np.searchsorted(when[lo:hi], start))
-        if lo == hi:
+    searched = stats.filter((pl.col("n") >= MIN_POINTS) & (pl.col("scale") > 0))
+    for sid, n, median, scale, std, end in searched.select("sid", "n", "median", "scale", "std", "end").iter_rows():
+        segment = values[end - n:end]
+        cuts = changepoints((segment - median) / scale)
+        if not cuts:
             continue
-        name = names.row(int(sids[lo]) - first, named=True)
-        segment = values[lo:hi]
-        cuts = changepoints(segment)
-        bounds = [0, *cuts, len(segment)]
-        scale = max(float(np.std(segment)), 1e-9)
+        name = names.row(sid - first, named=True)
+        bounds = [0, *cuts, n]
         for i, cut in enumerate(cuts):
             before = float(segment[bounds[i]:cut].mean())
             after = float(segment[cut:bounds[i + 2]].mean())
-            rows.append((ts[int(lo + cut)], day, name["source"], name["component"], name["service"], name["metric"],
-                         before, after, abs(after - before) / scale))
+            rows.append((ts[end - n + cut], day, name["source"], name["component"], name["service"], name["metric"],
+                         before, after, abs(after - before) / max(std, 1e-9)))
     return pl.DataFrame(rows, orient="row", schema=SCHEMA)
 
 
