@@ -1,11 +1,14 @@
 """Units of work (a day to load, a day's features, a day to scan) run one after another in this process, or as
 tasks on a Dask cluster: the field's engine for Python work past one machine. A task whose worker dies is run
 again by the scheduler on another; every wait for one is bounded. Within a unit, `Behind` runs a piece of work (a file to
-write) in a thread of its own while the next piece is made."""
+write) in a thread of its own while the next piece is made, or in helper processes where the piece holds Python's
+lock (ruptures' search)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TypeVar
 
@@ -22,24 +25,37 @@ class Behind:
     """Work done one piece at a time in a thread of its own while the caller makes the next piece (for work that lets
     go of Python's lock: writing a file, a query): `put` waits for the piece before, keeping its result in `results`
     or raising its error, and starts this one; leaving the block waits for the last. At most one piece waits. With
-    `inline`, each piece runs at once in the caller's thread (a task kept to one thread)."""
+    `inline`, each piece runs at once in the caller's thread (a task kept to one thread). With `processes`, pieces
+    run in this process's `helpers`, that many at once: for work that holds Python's lock, which a thread would keep
+    from the caller's queries and polars (DuckDB's client takes the lock as a query runs); a piece's function and
+    arguments are sent there, and every wait for one is bounded."""
 
-    def __init__(self, inline: bool = False):
+    def __init__(self, inline: bool = False, processes: int = 0):
         self.results: list = []
-        self._pool = None if inline else ThreadPoolExecutor(1)
-        self._pending: Future | None = None
+        self._pool: Executor | None = None if inline else helpers(processes) if processes else ThreadPoolExecutor(1)
+        self._at_once = max(1, processes)
+        self._pending: list[Future] = []
 
     def put(self, fn: Callable[..., R], *args) -> None:
-        self.wait()
+        while len(self._pending) >= self._at_once:
+            self._next()
         if self._pool is None:
             self.results.append(fn(*args))
         else:
-            self._pending = self._pool.submit(fn, *args)
+            self._pending.append(self._pool.submit(fn, *args))
 
     def wait(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self.results.append(pending.result())
+        while self._pending:
+            self._next()
+
+    def _next(self) -> None:
+        try:
+            self.results.append(self._pending.pop(0).result(timeout=TASK_SECONDS))
+        except TimeoutError:
+            raise RcalabError(f"a piece of work did not finish in {TASK_SECONDS:.0f} s") from None
+        except BrokenProcessPool:
+            _helpers.clear()  # the next piece starts them again
+            raise RcalabError("a helper process died before its piece of work was done") from None
 
     def __enter__(self) -> "Behind":
         return self
@@ -49,8 +65,19 @@ class Behind:
             if kind is None:
                 self.wait()
         finally:
-            if self._pool is not None:
+            if isinstance(self._pool, ThreadPoolExecutor):
                 self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+_helpers: dict[int, ProcessPoolExecutor] = {}  # by their count
+
+
+def helpers(processes: int) -> ProcessPoolExecutor:
+    """This process's `processes` helper processes: started at the first piece sent to them (spawned, not forked:
+    DuckDB's threads do not survive a fork) and kept for the next pieces, as each takes a second to start."""
+    if processes not in _helpers:
+        _helpers[processes] = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    return _helpers[processes]
 
 
 def task_parts(amount: int, per: int, most: int) -> int:

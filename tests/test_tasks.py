@@ -1,7 +1,9 @@
+import os
 import threading
 
 import pytest
 
+from common.errors import RcalabError
 from common.tasks import Behind, task_parts
 
 
@@ -38,3 +40,21 @@ def test_behind_raises_a_pieces_error_at_the_next_put_and_starts_nothing_after_i
 def test_work_splits_into_a_power_of_two_of_tasks_that_share_out_evenly_among_workers():
     """Three parts on two workers leave one idle for a third of the work; four keep both busy."""
     assert [task_parts(amount, 10, 8) for amount in (0, 10, 11, 25, 31, 41, 1000)] == [1, 1, 2, 4, 4, 8, 8]
+
+
+def test_behind_runs_pieces_in_helper_processes_that_outlive_it_and_a_dead_one_is_an_error_not_a_hang():
+    """Work that holds Python's lock (ruptures' search) runs beside the caller in processes of its own, as many pieces
+    at once as there are helpers, its results in order; a helper that dies fails the piece, and the next pieces get
+    new helpers."""
+    with Behind(processes=2) as behind:
+        for i in range(5):
+            behind.put(pow, i, 2)
+        behind.put(os.getpid)
+    assert behind.results[:5] == [0, 1, 4, 9, 16] and behind.results[5] != os.getpid()
+
+    with pytest.raises(RcalabError, match="helper process died"):
+        with Behind(processes=2) as behind:
+            behind.put(os._exit, 1)
+    with Behind(processes=2) as behind:
+        behind.put(pow, 3, 2)
+    assert behind.results == [9]
