@@ -283,7 +283,8 @@ def _wide(settings: Settings, progress) -> tuple[dict, list[Table]]:
 
     result = wide_run(scale=settings.scale or 0.01, progress=progress)
     widest = {k: v for k, v in result.items() if k not in ("sizes", "detect by seed")}
-    return result, [rows_table(f"rcalab bench wide: the load as the cluster widens (scale {result['scale']})",
+    return result, [rows_table(f"rcalab bench wide: the load as the cluster widens, and over a whole day (scale "
+                               f"{result['scale']})",
                                result["sizes"]),
                     measure_table(f"wide: {result['services']:,} services, {result['pods']:,} pods, ranked", widest),
                     rows_table(f"rcalab bench wide: detect over {result['pods']:,} pods, three faults of each seed",

@@ -166,14 +166,18 @@ def _measured(args: list[str]) -> tuple[float, float]:
     return round(time.perf_counter() - started, 1), round(usage.ru_maxrss / 1024)
 
 
+WIDE_DAY = (1000, 23)  # pods, faults an hour apart: a whole day of them, its series of 1,440 minutes
+
+
 def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float = 0.01, cases: int = 3,
-             seeds: tuple[int, ...] = WIDE_SEEDS, progress=lambda what: None) -> dict:
+             seeds: tuple[int, ...] = WIDE_SEEDS, day: tuple[int, int] = WIDE_DAY, progress=lambda what: None) -> dict:
     """Systems of `sizes` pods (services of `replicas` pods): for each, `cases` random faults simulated (their hours
     and the one before each, OTLP) and loaded, each step in a process of its own (seconds, peak memory), beside the
-    floor (DuckDB reading the same files into a store). On the widest, the etl on 1 and 2 Dask workers, each fault
-    ranked, and detect over the store; then detect over the widest's faults of each other seed: is each fault's
-    window an incident, named right, and how many incidents are faults?"""
-    from features.bench import floor, hit, names
+    floor (DuckDB reading the same files into a store); and the same over a whole `day` (pods, faults). On the
+    widest, the etl on 1 and 2 Dask workers, each fault ranked, and detect over the store; then detect over the
+    widest's faults of each other seed: is each fault's window an incident, named right, and how many incidents are
+    faults?"""
+    from features.bench import hit, names
     from features.cases import load_questions
     from features.digest import build_digest
     from etl import store
@@ -182,25 +186,11 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
     with tempfile.TemporaryDirectory() as root:
         for pods in sizes:
             tmp = Path(root) / f"pods-{pods}"
-            tmp.mkdir()
-            size: dict = {"pods": pods, "services": pods // replicas}
-            system = wide_system(tmp / "wide.yaml", pods // replicas, replicas)
-            progress(f"wide, {pods:,} pods: simulate")
-            size["simulate s"], size["simulate MB"] = _measured(_simulate(tmp, system, cases, scale, seeds[0]))
-            progress(f"wide, {pods:,} pods: etl")
-            size["etl s"], size["etl MB"] = _measured(_etl(tmp, "store.duckdb"))
-            progress(f"wide, {pods:,} pods: floor")
-            least = floor(tmp / "dump", tmp / "floor.duckdb")
-            size["floor s"], size["floor MB"] = round(least["wall_seconds"], 1), round(least["peak_mb"])
-            con = store.connect(tmp / "store.duckdb", read_only=True)
-            (rows, files), = con.execute("select sum(rows), count(*) from manifest where status = 'loaded'").fetchall()
-            size |= {"files": files, "rows": rows, "etl / floor": round(size["etl s"] / size["floor s"], 2),
-                     "etl us a row": round(size["etl s"] / rows * 1e6, 2),
-                     "simulate ms a pod-hour": round(size["simulate s"] / (pods * (cases + 1)) * 1e3, 2)}
-            out["sizes"].append(size)
-            con.close()
+            out["sizes"].append(_width(tmp, pods, replicas, cases, scale, seeds[0], progress))
         widest = out["sizes"][-1]
         out |= {"services": widest["services"], "pods": widest["pods"]}
+        pods, faults = day
+        out["sizes"].append(_width(Path(root) / "whole-day", pods, replicas, faults, scale, seeds[0], progress))
         for n in (1, 2):  # the widest day on local Dask clusters: its parts are tasks the workers share
             progress(f"wide: etl on {n} worker{'s' * (n > 1)}")
             out[f"etl s, {n} worker{'s' * (n > 1)}"], _ = _measured(_etl(tmp, f"workers-{n}.duckdb", "--workers",
@@ -226,6 +216,31 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
                 _measured(_etl(day, "store.duckdb"))
             out["detect by seed"].append({"seed": seed} | _detected(day))
     return out
+
+
+def _width(tmp: Path, pods: int, replicas: int, cases: int, scale: float, seed: int, progress) -> dict:
+    """A system of `pods` pods, `cases` faults of it an hour apart and the hour before simulated, loaded, and read by
+    the floor in `tmp`: each step's seconds and peak memory, and the rates."""
+    from features.bench import floor
+    from etl import store
+
+    tmp.mkdir()
+    hours = cases + 1
+    size: dict = {"pods": pods, "services": pods // replicas, "hours": hours}
+    system = wide_system(tmp / "wide.yaml", pods // replicas, replicas)
+    progress(f"wide, {pods:,} pods, {hours} hours: simulate")
+    size["simulate s"], size["simulate MB"] = _measured(_simulate(tmp, system, cases, scale, seed))
+    progress(f"wide, {pods:,} pods, {hours} hours: etl")
+    size["etl s"], size["etl MB"] = _measured(_etl(tmp, "store.duckdb"))
+    progress(f"wide, {pods:,} pods, {hours} hours: floor")
+    least = floor(tmp / "dump", tmp / "floor.duckdb")
+    size["floor s"], size["floor MB"] = round(least["wall_seconds"], 1), round(least["peak_mb"])
+    con = store.connect(tmp / "store.duckdb", read_only=True)
+    (rows, files), = con.execute("select sum(rows), count(*) from manifest where status = 'loaded'").fetchall()
+    con.close()
+    return size | {"files": files, "rows": rows, "etl / floor": round(size["etl s"] / size["floor s"], 2),
+                   "etl us a row": round(size["etl s"] / rows * 1e6, 2),
+                   "simulate ms a pod-hour": round(size["simulate s"] / (pods * hours) * 1e3, 2)}
 
 
 def _simulate(tmp: Path, system: Path, cases: int, scale: float, seed: int) -> list[str]:
