@@ -28,10 +28,12 @@ class Behind:
     `inline`, each piece runs at once in the caller's thread (a task kept to one thread). With `processes`, pieces
     run in this process's `helpers`, that many at once: for work that holds Python's lock, which a thread would keep
     from the caller's queries and polars (DuckDB's client takes the lock as a query runs); a piece's function and
-    arguments are sent there, and every wait for one is bounded."""
+    arguments are sent there, and every wait for one is bounded. A daemonic process (a Dask worker's) may start none:
+    its pieces run in a thread."""
 
     def __init__(self, inline: bool = False, processes: int = 0):
         self.results: list = []
+        processes *= not multiprocessing.current_process().daemon
         self._pool: Executor | None = None if inline else helpers(processes) if processes else ThreadPoolExecutor(1)
         self._at_once = max(1, processes)
         self._pending: list[Future] = []

@@ -1,3 +1,4 @@
+import multiprocessing
 import os
 import threading
 
@@ -58,3 +59,19 @@ def test_behind_runs_pieces_in_helper_processes_that_outlive_it_and_a_dead_one_i
     with Behind(processes=2) as behind:
         behind.put(pow, 3, 2)
     assert behind.results == [9]
+
+
+def _in_a_daemon(results):
+    with Behind(processes=2) as behind:
+        behind.put(pow, 2, 5)
+    results.put(behind.results)
+
+
+def test_behind_in_a_daemonic_process_a_dask_worker_s_runs_its_pieces_in_a_thread():
+    """A daemonic process may not start processes (Dask's workers are daemonic): asked for helpers, it gets a thread."""
+    spawn = multiprocessing.get_context("spawn")
+    results = spawn.Queue()
+    worker = spawn.Process(target=_in_a_daemon, args=(results,), daemon=True)
+    worker.start()
+    assert results.get(timeout=60) == [32]
+    worker.join(timeout=60)
