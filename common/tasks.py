@@ -7,6 +7,7 @@ lock (ruptures' search)."""
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -26,10 +27,10 @@ class Behind:
     go of Python's lock: writing a file, a query): `put` waits for the piece before, keeping its result in `results`
     or raising its error, and starts this one; leaving the block waits for the last. At most one piece waits. With
     `inline`, each piece runs at once in the caller's thread (a task kept to one thread). With `processes`, pieces
-    run in this process's `helpers`, that many at once: for work that holds Python's lock, which a thread would keep
-    from the caller's queries and polars (DuckDB's client takes the lock as a query runs); a piece's function and
-    arguments are sent there, and every wait for one is bounded. A daemonic process (a Dask worker's) may start none:
-    its pieces run in a thread."""
+    run in this process's `helpers`, that many at once (and as many wait): for work that holds Python's lock
+    (ruptures' search), which in threads runs on one core at a time and holds up the caller's queries (DuckDB's
+    client takes the lock as a query runs); a piece's function and arguments are sent there, and every wait for one
+    is bounded. A daemonic process (a Dask worker's) may start none: its pieces run in a thread."""
 
     def __init__(self, inline: bool = False, processes: int = 0):
         self.results: list = []
@@ -76,9 +77,11 @@ _helpers: dict[int, ProcessPoolExecutor] = {}  # by their count
 
 def helpers(processes: int) -> ProcessPoolExecutor:
     """This process's `processes` helper processes: started at the first piece sent to them (spawned, not forked:
-    DuckDB's threads do not survive a fork) and kept for the next pieces, as each takes a second to start."""
+    DuckDB's threads do not survive a fork) and kept for the next pieces, as each takes a second to start. A Ctrl-C
+    is this process's to handle: they ignore it, and end with it."""
     if processes not in _helpers:
-        _helpers[processes] = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        _helpers[processes] = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
     return _helpers[processes]
 
 
