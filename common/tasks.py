@@ -34,7 +34,8 @@ class Behind:
 
     def __init__(self, inline: bool = False, processes: int = 0):
         self.results: list = []
-        processes *= not multiprocessing.current_process().daemon
+        if multiprocessing.current_process().daemon:  # it may start no processes
+            processes = 0
         self._pool: Executor | None = None if inline else helpers(processes) if processes else ThreadPoolExecutor(1)
         self._at_once = max(1, processes)
         self._pending: list[Future] = []

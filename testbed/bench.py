@@ -170,10 +170,11 @@ WIDE_DAY = (1000, 23)  # pods, faults an hour apart: a whole day of them, its se
 
 
 def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float = 0.01, cases: int = 3,
-             seeds: tuple[int, ...] = WIDE_SEEDS, day: tuple[int, int] = WIDE_DAY, progress=lambda what: None) -> dict:
+             seeds: tuple[int, ...] = WIDE_SEEDS, whole_day: tuple[int, int] = WIDE_DAY, progress=lambda what: None
+             ) -> dict:
     """Systems of `sizes` pods (services of `replicas` pods): for each, `cases` random faults simulated (their hours
     and the one before each, OTLP) and loaded, each step in a process of its own (seconds, peak memory), beside the
-    floor (DuckDB reading the same files into a store); and the same over a whole `day` (pods, faults). On the
+    floor (DuckDB reading the same files into a store); and the same over a `whole_day` (pods, faults). On the
     widest, the etl on 1 and 2 Dask workers, each fault ranked, and detect over the store; then detect over the
     widest's faults of each other seed: is each fault's window an incident, named right, and how many incidents are
     faults?"""
@@ -189,8 +190,8 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
             out["sizes"].append(_width(tmp, pods, replicas, cases, scale, seeds[0], progress))
         widest = out["sizes"][-1]
         out |= {"services": widest["services"], "pods": widest["pods"]}
-        pods, faults = day
-        out["sizes"].append(_width(Path(root) / "whole-day", pods, replicas, faults, scale, seeds[0], progress))
+        day_pods, day_faults = whole_day
+        out["sizes"].append(_width(Path(root) / "whole-day", day_pods, replicas, day_faults, scale, seeds[0], progress))
         for n in (1, 2):  # the widest day on local Dask clusters: its parts are tasks the workers share
             progress(f"wide: etl on {n} worker{'s' * (n > 1)}")
             out[f"etl s, {n} worker{'s' * (n > 1)}"], _ = _measured(_etl(tmp, f"workers-{n}.duckdb", "--workers",
