@@ -557,15 +557,16 @@ def _load(con, adapter, unit: tuple[Source, ...]) -> list[tuple[int, bool, str]]
                        select s.ts, s.component, s.service, s.node, k.masked, s.message, s.file_id,
                               k.level, s.trace_id, s.span_id, k.event
                        from staged s join masks k using (text)""")
-    elif first.kind in IMPOSSIBLE:  # staged once: the rows left out are counted, the rest inserted
+    elif first.kind in IMPOSSIBLE:  # inserted as read; the rows left out are counted, then deleted
         reasons = IMPOSSIBLE[first.kind]
-        con.execute(f"create or replace temp table staged as {ids.format(select[table])}", params)
+        con.execute(f"insert into {table} by name {ids.format(select[table])}", params)
         counts = ", ".join(f"count(*) filter ({p})" for p in reasons.values())
-        for fid, *n in con.execute(f"select file_id, {counts} from staged group by file_id").fetchall():
+        for fid, *n in con.execute(f"select file_id, {counts} from {table} where list_contains(?, file_id) "
+                                   "group by file_id", [fids]).fetchall():
             left_out[fid] = [f"{reason} ({k:,})" for reason, k in zip(reasons, n) if k]
-        con.execute(f"insert into {table} by name select * from staged "
-                    f"where not coalesce({' or '.join(reasons.values())}, false)")
-        con.execute("drop table staged")
+        if any(left_out.values()):
+            con.execute(f"delete from {table} where list_contains(?, file_id) and ({' or '.join(reasons.values())})",
+                        [fids])
     else:
         for each, sql in select.items():
             con.execute(f"insert into {each} by name {ids.format(sql)}", params)
