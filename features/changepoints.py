@@ -23,8 +23,34 @@ MIN_POINTS = 30
 
 def changepoints(signal: np.ndarray) -> list[int]:
     """Indices where a new segment of a standardised series starts."""
+    pen = PENALTY_PER_LOG_N * np.log(len(signal))
+    if _none(signal, pen):
+        return []
     algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SIZE).fit(signal.reshape(-1, 1))
-    return [int(b) for b in algo.predict(pen=PENALTY_PER_LOG_N * np.log(len(signal)))[:-1]]
+    return [int(b) for b in algo.predict(pen=pen)[:-1]]
+
+
+BIN = 5  # points a bin of the screen below; it decides how fast, never what is found (chosen, not fitted)
+
+
+def _none(signal: np.ndarray, pen: float) -> bool:
+    """Whether the search (a cost for every pair of points: most of the change points' time) is sure to find no change
+    point, proven by the search of the series' bin means (a 25th of the pairs). The search reports k cuts only where
+    they save more than k pen of squares about the segments' means (their gain). Cutting also at both bounds of each
+    cut's bin loses no gain; undoing the cuts within bins then loses at most what a bin holds about its own mean
+    (`worst` at most, each); what is left cuts at bin bounds only, at most 2k of them, and gains `BIN` times what those
+    cuts gain on the bin means. So where no m cuts of the bin means gain more than m (pen - worst) / (2 BIN) (their own
+    search with that penalty finds none), the series has none. Quiet series are dropped here; series with a change,
+    or a spike of more than `pen` (an error count), are searched (on a day of 10,000 pods, half of them)."""
+    if len(signal) % BIN:
+        return False
+    bins = signal.reshape(-1, BIN)
+    means = bins.mean(axis=1)
+    worst = float(((bins - means[:, None]) ** 2).sum(axis=1).max())
+    if worst >= pen:
+        return False
+    algo = ruptures.KernelCPD(kernel="linear", min_size=1).fit(means.reshape(-1, 1))
+    return len(algo.predict(pen=(pen - worst) / (2 * BIN))) == 1
 
 
 # The columns' types, not guessed from the first rows: a node's series has no service, and a batch whose first hundred

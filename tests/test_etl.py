@@ -390,6 +390,31 @@ def test_a_day_s_change_points_leave_out_the_hour_before_it_that_the_read_holds(
     assert found["ts"].to_list() == alone["ts"].to_list() == [start + dt.timedelta(minutes=120)]
 
 
+def test_the_screen_of_bin_means_drops_only_series_the_search_finds_nothing_in():
+    """The search of every pair of points is most of a long day's features; a screen of bin means drops the series it
+    proves have no change point (issue 73). On series of every kind near the penalty (noise, shifts and bumps of
+    every height, spikes, counts), what is found is what the search alone finds, and most quiet series are dropped."""
+    import numpy as np
+    import ruptures
+
+    from features import changepoints as cp
+
+    rng = np.random.default_rng(7)
+    dropped = 0
+    for i in range(600):
+        n = (240, 1440, 243)[i % 3]
+        x = rng.standard_normal(n) if i % 4 else rng.poisson(0.3, n).astype(float)
+        start, width = rng.integers(0, n - 30), rng.integers(3, 30)
+        x[start:start + width] += rng.choice([0.0, 1.0, 2.0, 3.0, 8.0]) * rng.choice([-1, 1])
+        if i % 5 == 0:
+            x[rng.integers(0, n)] += rng.uniform(5, 20)
+        pen = cp.PENALTY_PER_LOG_N * np.log(n)
+        alone = ruptures.KernelCPD(kernel="linear", min_size=cp.MIN_SIZE).fit(x.reshape(-1, 1)).predict(pen=pen)
+        assert cp.changepoints(x) == [int(b) for b in alone[:-1]]
+        dropped += cp._none(x, pen)
+    assert dropped > 150
+
+
 def test_a_rise_stands_out_against_its_own_hour_however_high_the_day_s_other_faults_went():
     """Seen on a simulated phase-one day: JVM latency faults took adservice's response time to 1.2M, and its later
     CPU fault's fivefold rise (3k -> 16k) read z 0.2, the day's 99th percentile its scale's floor."""
