@@ -53,8 +53,9 @@ print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusag
 
 
 # The floor: what the ETL must at least do, DuckDB reading every column of the same files and writing them into
-# tables of a store (one table per folder of files), in one process of its own. OTLP's JSON is read in the columns
-# its adapter reads (DuckDB's guess of a schema from a sample of nested requests fails where files differ).
+# tables of a store (one table per folder of files), in one process of its own. OTLP's JSON is read as its adapter
+# reads it (`otlp.scan`: in its columns, as DuckDB's guess of a schema from a sample of nested requests fails where
+# files differ; a record a line; each row's file).
 _FLOOR = """
 import json, resource, sys, time
 from pathlib import Path
@@ -70,9 +71,7 @@ for i, ((folder, parquet), paths) in enumerate(sorted(files.items())):
     if parquet:
         con.execute(f"create table t{i} as select * from read_parquet(?, union_by_name = true)", [paths])
     elif (kind := otlp.signal(con, Path(paths[0]))) in otlp.COLUMNS:
-        key, typ, *_ = otlp.COLUMNS[kind]
-        con.execute(f"create table t{i} as select * from read_json(?, format = 'newline_delimited', "
-                    f"columns = {{'{key}': '{typ}'}})", [paths])
+        con.execute(f"create table t{i} as select * from {otlp.scan(kind, '?')}", [paths])
 con.close()
 print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
 """

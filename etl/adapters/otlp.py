@@ -156,14 +156,22 @@ def _time(nanos: str) -> str:
     return f"make_timestamp(cast(try_cast({nanos} as hugeint) // 1000 as bigint))"
 
 
+def scan(kind: str, path: str = "$path") -> str:
+    """DuckDB's read of the files `path` names (a parameter) of one kind: an export request a line, in the columns
+    this adapter reads, with each row's `filename`. Told that a line is a record (its keys the columns), DuckDB does
+    not sample files to find out: a thousand files of one pod's series read in a third of the CPU."""
+    key, typ, *_ = COLUMNS[kind]
+    return (f"read_json({path}, format = 'newline_delimited', records = true, columns = {{'{key}': '{typ}'}}, "
+            "filename = true)")
+
+
 def _rows(kind: str) -> str:
     """The files' items (spans, log records or metrics), each with its resource's attributes as `res` and its
     file's `filename`."""
-    key, typ, scopes, items = COLUMNS[kind]
+    key, _, scopes, items = COLUMNS[kind]
     return f"""(select res, sc.scope.name as scope, unnest(sc.{items}) as it, filename from (
                    select r.resource.attributes as res, unnest(r.{scopes}) as sc, filename from (
-                       select unnest({key}) as r, filename from read_json($path, format = 'newline_delimited',
-                                                                 columns = {{'{key}': '{typ}'}}, filename = true))))"""
+                       select unnest({key}) as r, filename from {scan(kind)})))"""
 
 
 def _series(points: str) -> str:
