@@ -41,7 +41,7 @@ def _none(signal: np.ndarray, pen: float) -> bool:
     (`worst` at most, each); what is left cuts at bin bounds only, at most 2k of them, and gains `BIN` times what those
     cuts gain on the bin means. So where no m cuts of the bin means gain more than m (pen - worst) / (2 BIN) (their own
     search with that penalty finds none), the series has none. Quiet series are dropped here; series with a change,
-    or a spike of more than `pen` (an error count), are searched (on a day of 10,000 pods, half of them)."""
+    or with a bin that holds `pen` or more (an error count's spike), are searched (on a day of 10,000 pods, half)."""
     if len(signal) % BIN:
         return False
     bins = signal.reshape(-1, BIN)
