@@ -24,9 +24,12 @@ MIN_POINTS = 30
 def changepoints(signal: np.ndarray) -> list[int]:
     """Indices where a new segment of a standardised series starts."""
     pen = PENALTY_PER_LOG_N * np.log(len(signal))
-    if _none(signal, pen):
-        return []
-    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SIZE).fit(signal.reshape(-1, 1))
+    return [] if _none(signal, pen) else _search(signal, pen, MIN_SIZE)
+
+
+def _search(signal: np.ndarray, pen: float, min_size: int) -> list[int]:
+    """Where ruptures' optimal search (a linear kernel: squares about the segments' means) cuts the signal."""
+    algo = ruptures.KernelCPD(kernel="linear", min_size=min_size).fit(signal.reshape(-1, 1))
     return [int(b) for b in algo.predict(pen=pen)[:-1]]
 
 
@@ -49,8 +52,7 @@ def _none(signal: np.ndarray, pen: float) -> bool:
     worst = float(((bins - means[:, None]) ** 2).sum(axis=1).max())
     if worst >= pen:
         return False
-    algo = ruptures.KernelCPD(kernel="linear", min_size=1).fit(means.reshape(-1, 1))
-    return len(algo.predict(pen=(pen - worst) / (2 * BIN))) == 1
+    return not _search(means, (pen - worst) / (2 * BIN), 1)
 
 
 # The columns' types, not guessed from the first rows: a node's series has no service, and a batch whose first hundred
