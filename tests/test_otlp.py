@@ -209,3 +209,20 @@ def test_a_file_s_first_characters_tell_its_signal_as_duckdb_reading_its_first_l
                                                                         "objects.jsonl"}
     monkeypatch.setattr(otlp, "_peek", lambda path: None)
     assert {name: otlp.signal(con, tmp_path / name) for name in texts} == told
+
+
+def test_a_time_is_read_as_a_128_bit_count_of_nanoseconds_would_be():
+    """Times are read as 64-bit integers first (issue 73: 128 bits for each took a twentieth of a wide day's load);
+    whatever the text, the time is the one a 128-bit read gives: past 64 bits, negative, fractional, malformed."""
+    import duckdb
+
+    from etl.adapters import otlp
+
+    texts = ["1749139200000000000", "0", "-1", "-1999", "1999", "17.5", "-17.5", "1e3", "1e19", "9223372036854775807",
+             "9223372036854775808", "18446744073709551615", "-9223372036854775809", " +17 ", "0x11", "1_000", "",
+             "abc", None, "1749139200123456789.9", "inf", "1e400"]
+    wide = "make_timestamp(cast(try_cast(t as hugeint) // 1000 as bigint))"
+    read, as_wide = duckdb.connect().execute(
+        f"select list({otlp._time('t')} order by i), list({wide} order by i) "
+        "from (select unnest(?::varchar[]) as t, unnest(range(?)) as i)", [texts, len(texts)]).fetchone()
+    assert read == as_wide and read[0] == dt.datetime(2025, 6, 5, 16)

@@ -153,7 +153,10 @@ def _id(column: str) -> str:
 
 
 def _time(nanos: str) -> str:
-    return f"make_timestamp(cast(try_cast({nanos} as hugeint) // 1000 as bigint))"
+    """Nanoseconds as a timestamp: read as a 64-bit integer, and as a 128-bit one only past its range (OTLP's are
+    unsigned): the same times, where reading every one as 128 bits took a twentieth of a wide day's load's CPU."""
+    return (f"make_timestamp(coalesce(try_cast({nanos} as bigint) // 1000, "
+            f"cast(try_cast({nanos} as hugeint) // 1000 as bigint)))")
 
 
 def scan(kind: str, path: str = "$path") -> str:
