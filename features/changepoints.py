@@ -14,7 +14,6 @@ import datetime as dt
 import duckdb
 import numpy as np
 import polars as pl
-import ruptures
 
 PENALTY_PER_LOG_N = 10.0
 MIN_SIZE = 3
@@ -29,6 +28,7 @@ def changepoints(signal: np.ndarray) -> list[int]:
 
 def _search(signal: np.ndarray, pen: float, min_size: int) -> list[int]:
     """Where ruptures' optimal search (a linear kernel: squares about the segments' means) cuts the signal."""
+    import ruptures  # here: its half second of scipy is not the job's to wait for where no search runs (its coordinator)
     algo = ruptures.KernelCPD(kernel="linear", min_size=min_size).fit(signal.reshape(-1, 1))
     return [int(b) for b in algo.predict(pen=pen)[:-1]]
 
