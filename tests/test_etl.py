@@ -390,12 +390,22 @@ def test_a_day_s_change_points_leave_out_the_hour_before_it_that_the_read_holds(
     assert found["ts"].to_list() == alone["ts"].to_list() == [start + dt.timedelta(minutes=120)]
 
 
+def _searched_alone(x) -> list[int]:
+    """ruptures' search of a series with no screen before it: the reference the screens' tests compare with."""
+    import numpy as np
+    import ruptures
+
+    from features import changepoints as cp
+
+    algo = ruptures.KernelCPD(kernel="linear", min_size=cp.MIN_SIZE).fit(x.reshape(-1, 1))
+    return [int(b) for b in algo.predict(pen=cp.PENALTY_PER_LOG_N * np.log(len(x)))[:-1]]
+
+
 def test_the_screen_of_bin_means_drops_only_series_the_search_finds_nothing_in():
     """The search of every pair of points is most of a long day's features; a screen of bin means drops the series it
     proves have no change point (issue 73). On series of every kind near the penalty (noise, shifts and bumps of
     every height, spikes, counts), what is found is what the search alone finds, and most quiet series are dropped."""
     import numpy as np
-    import ruptures
 
     from features import changepoints as cp
 
@@ -408,10 +418,8 @@ def test_the_screen_of_bin_means_drops_only_series_the_search_finds_nothing_in()
         x[start:start + width] += rng.choice([0.0, 1.0, 2.0, 3.0, 8.0]) * rng.choice([-1, 1])
         if i % 5 == 0:
             x[rng.integers(0, n)] += rng.uniform(5, 20)
-        pen = cp.PENALTY_PER_LOG_N * np.log(n)
-        alone = ruptures.KernelCPD(kernel="linear", min_size=cp.MIN_SIZE).fit(x.reshape(-1, 1)).predict(pen=pen)
-        assert cp.changepoints(x) == [int(b) for b in alone[:-1]]
-        dropped += cp._none(x, pen)
+        assert cp.changepoints(x) == _searched_alone(x)
+        dropped += cp._none(x, cp.PENALTY_PER_LOG_N * np.log(n))
     assert dropped > 150
 
 
@@ -420,26 +428,24 @@ def test_a_series_of_a_few_spikes_is_dropped_only_where_the_search_finds_nothing
     those searched in vain on a day of 10,000 pods (issue 73). On such series near the penalty (spikes of every
     height, alone, in bursts, at the ends, of either sign), what is found is what the search alone finds."""
     import numpy as np
-    import ruptures
 
     from features import changepoints as cp
 
     shift = np.zeros(240)
     shift[5:120:4], shift[125::4] = 2.2, -2.2  # a level shift written in spikes: cut in two, each half gains
+    assert cp.changepoints(shift) == _searched_alone(shift) != []
     rng = np.random.default_rng(11)
     dropped = 0
     for i in range(400):
         n = (240, 240, 1440, 243)[i % 4]
-        x = np.zeros(n) if i else shift
-        for _ in range(rng.integers(0, 6) if i else 0):  # bursts of 1 to 3 spikes
+        x = np.zeros(n)
+        for _ in range(rng.integers(0, 6)):  # bursts of 1 to 3 spikes
             at, width = rng.integers(0, n), rng.integers(1, 4)
             x[at:at + width] += rng.uniform(1, 12, size=len(x[at:at + width])) * rng.choice([-1, 1], p=[0.2, 0.8])
         if i % 7 == 0:
             x[-rng.integers(1, 4):] += rng.uniform(3, 10)
-        pen = cp.PENALTY_PER_LOG_N * np.log(n)
-        alone = ruptures.KernelCPD(kernel="linear", min_size=cp.MIN_SIZE).fit(x.reshape(-1, 1)).predict(pen=pen)
-        assert cp.changepoints(x) == [int(b) for b in alone[:-1]]
-        dropped += cp._few_spikes(x, pen)
+        assert cp.changepoints(x) == _searched_alone(x)
+        dropped += cp._few_spikes(x, cp.PENALTY_PER_LOG_N * np.log(n))
     assert dropped > 100
 
 
