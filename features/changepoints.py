@@ -10,6 +10,7 @@ keeps segments at least 3 minutes long.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 
 import duckdb
 import numpy as np
@@ -20,10 +21,21 @@ MIN_SIZE = 3
 MIN_POINTS = 30
 
 
-def changepoints(signal: np.ndarray) -> list[int]:
-    """Indices where a new segment of a standardised series starts."""
-    pen = PENALTY_PER_LOG_N * np.log(len(signal))
-    return [] if _few_spikes(signal, pen) or _none(signal, pen) else _search(signal, pen, MIN_SIZE)
+def changepoints(signals: list[np.ndarray]) -> list[list[int]]:
+    """For each standardised series, the indices where a new segment starts. The search (a cost for every pair of
+    points) runs only on the series the screen (`_quiet`) cannot prove have none; it screens those of one length at
+    once."""
+    found: list[list[int]] = [[] for _ in signals]
+    lengths: dict[int, list[int]] = defaultdict(list)
+    for i, signal in enumerate(signals):
+        lengths[len(signal)].append(i)
+    for n, same in lengths.items():
+        if n < 2 * MIN_SIZE:  # too short to cut
+            continue
+        pen = PENALTY_PER_LOG_N * np.log(n)
+        for i in np.asarray(same)[~_quiet(np.stack([signals[i] for i in same]), pen)]:
+            found[i] = _search(signals[i], pen, MIN_SIZE)
+    return found
 
 
 def _search(signal: np.ndarray, pen: float, min_size: int) -> list[int]:
@@ -33,53 +45,46 @@ def _search(signal: np.ndarray, pen: float, min_size: int) -> list[int]:
     return [int(b) for b in algo.predict(pen=pen)[:-1]]
 
 
-BIN = 5  # points a bin of the screen below; it decides how fast, never what is found (chosen, not fitted)
+RATIO = 1.25  # each class of segment lengths `_quiet` bounds this many times the last; it decides how fast, never
+# what is found (chosen, not fitted)
 
 
-def _none(signal: np.ndarray, pen: float) -> bool:
-    """Whether the search (a cost for every pair of points: most of the change points' time) is sure to find no change
-    point, proven by the search of the series' bin means (a 25th of the pairs). The search reports k cuts only where
-    they save more than k pen of squares about the segments' means (their gain). Cutting also at both bounds of each
-    cut's bin loses no gain; undoing the cuts within bins then loses at most what a bin holds about its own mean
-    (`worst` at most, each); what is left cuts at bin bounds only, at most 2k of them, and gains `BIN` times what those
-    cuts gain on the bin means. So where no m cuts of the bin means gain more than m (pen - worst) / (2 BIN) (their own
-    search with that penalty finds none), the series has none. Quiet series are dropped here; series with a change,
-    or with a bin that holds `pen` or more (an error count's spike: `_few_spikes`), are searched."""
-    if len(signal) % BIN:
-        return False
-    bins = signal.reshape(-1, BIN)
-    means = bins.mean(axis=1)
-    worst = float(((bins - means[:, None]) ** 2).sum(axis=1).max())
-    if worst >= pen:
-        return False
-    return not _search(means, (pen - worst) / (2 * BIN), 1)
+def _quiet(signals: np.ndarray, pen: float) -> np.ndarray:
+    """Which rows of `signals` (standardised series of n points each) the search is sure to find no change point in,
+    proven from D, each series' cumulative sums about its mean. Cuts into segments lower the squares about the means
+    by the sum over the segments of (what D moves across the segment)^2 / its length, their gain; the search reports
+    k cuts only where they gain more than k `pen`. One cut's gain is computed at every place. Two cuts or more: the
+    first and last segments gain at most their most at any cut (`ends`), each segment between at most the most that any
+    segment of `MIN_SIZE` points or more gains (`inner`); so where inner < pen and ends + inner < 2 pen, no k cuts gain
+    k pen (two cuts come closest). `inner` is bounded class by class of lengths (from `MIN_SIZE`, each class `RATIO`
+    times the last) by how far D moves from each point within the class's reach over the class's shortest length (a
+    sliding maximum and minimum), until a series is proven to move too far, or no segment that long can gain what it
+    has room for (D's whole range, squared, over the length). It tells series of every kind: noise, and counts that
+    are zero but for a few spikes."""
+    from scipy.ndimage import maximum_filter1d, minimum_filter1d  # here, as ruptures: the coordinator never screens
 
-
-SPIKES = 64  # the most points off zero `_few_spikes` bounds; it decides how fast, never what is found (chosen)
-
-
-def _few_spikes(signal: np.ndarray, pen: float) -> bool:
-    """Whether a series that is zero but for a few points (a count of errors: its median and the most of its points
-    the same) is sure to have no change point, proven from where they are. Cuts into J segments gain at most the
-    sum over them of (their sum)^2 / their length (less the series' own, which is not negative). Where every segment
-    of `MIN_SIZE` or more points gains at most `pen` by that measure and the first and last segments at most `pen` / 2,
-    J segments gain at most (J - 1) pen, what their J - 1 cuts cost. The first and last segments are measured exactly
-    (prefix sums); any other by the points off zero it holds, from the i-th to the j-th: at most (the sum of their
-    sizes)^2 over their span (or `MIN_SIZE`). The bin screen (`_none`) cannot tell such a series: a spike's bin holds
-    more than `pen` about its mean."""
-    off = np.flatnonzero(signal)
-    n = len(signal)
-    if len(off) > SPIKES or n < 2 * MIN_SIZE:
-        return False
-    sums = np.cumsum(signal)
-    ends = np.arange(MIN_SIZE, n - MIN_SIZE + 1)  # a first segment's ends, and the last segment's starts
-    first = sums[ends - 1] ** 2 / ends
-    last = (sums[-1] - sums[ends - 1]) ** 2 / (n - ends)
-    if max(first.max(), last.max()) > pen / 2:
-        return False
-    sizes = np.concatenate([[0.0], np.cumsum(np.abs(signal[off]))])
-    i, j = np.triu_indices(len(off))
-    return bool(((sizes[j + 1] - sizes[i]) ** 2 / np.maximum(MIN_SIZE, off[j] - off[i] + 1)).max(initial=0.0) <= pen)
+    pen *= 1 - 1e-9  # a gain within rounding of the penalty is searched
+    count, n = signals.shape
+    d = np.zeros((count, n + 1))
+    np.cumsum(signals - signals.mean(axis=1, keepdims=True), axis=1, out=d[:, 1:])
+    cut = np.arange(MIN_SIZE, n - MIN_SIZE + 1)
+    squared = d[:, MIN_SIZE:n - MIN_SIZE + 1] ** 2
+    one = (squared * (n / (cut * (n - cut)))).max(axis=1)
+    ends = (squared / cut).max(axis=1) + (squared / (n - cut)).max(axis=1)
+    room = np.minimum(pen, 2 * pen - ends)  # what a segment between may gain
+    quiet = (one < pen) & (room > 0)
+    spread = np.ptp(d, axis=1) ** 2
+    shortest = MIN_SIZE
+    while shortest <= n and len(rows := np.flatnonzero(quiet & (spread / shortest >= room))):
+        width = max(1, int(np.ceil(shortest * RATIO)) - shortest)
+        moved = d[rows]
+        start = moved[:, :n + 1 - shortest]
+        window = {"size": width, "axis": 1, "mode": "nearest", "origin": -(width // 2)}  # [i, i + width)
+        top = maximum_filter1d(moved, **window)[:, shortest:] - start
+        bottom = start - minimum_filter1d(moved, **window)[:, shortest:]
+        quiet[rows] = np.maximum(top.max(axis=1), bottom.max(axis=1)) ** 2 / shortest < room[rows]
+        shortest += width
+    return quiet
 
 
 # The columns' types, not guessed from the first rows: a node's series has no service, and a batch whose first hundred
@@ -104,12 +109,13 @@ def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -
                    .otherwise(pl.col("std")))
     values, ts = points["value"].to_numpy(), points["ts"]
     rows = []
-    searched = stats.filter((pl.col("n") >= MIN_POINTS) & (pl.col("scale") > 0))
-    for sid, n, median, scale, std, end in searched.select("sid", "n", "median", "scale", "std", "end").iter_rows():
-        segment = values[end - n:end]
-        cuts = changepoints((segment - median) / scale)
+    candidates = list(stats.filter((pl.col("n") >= MIN_POINTS) & (pl.col("scale") > 0))
+                    .select("sid", "n", "median", "scale", "std", "end").iter_rows())
+    found = changepoints([(values[end - n:end] - median) / scale for _, n, median, scale, _, end in candidates])
+    for (sid, n, _, _, std, end), cuts in zip(candidates, found):
         if not cuts:
             continue
+        segment = values[end - n:end]
         name = names.row(sid - first, named=True)
         bounds = [0, *cuts, n]
         for i, cut in enumerate(cuts):
