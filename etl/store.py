@@ -272,6 +272,9 @@ def connect(path: Path | str, read_only: bool = False, shards: bool = True) -> d
         con.close()
         raise damaged(path, short)
     con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
+    # Progress is rcalab's to show: DuckDB draws a bar of its own on any query past two seconds, which on a wide day
+    # broke into the etl's progress, from each Dask worker too.
+    con.execute("set enable_progress_bar = false")
     if not read_only:
         migrate(con)
     elif not con.execute("select 1 from information_schema.tables where table_name = 'schema_version'").fetchall():

@@ -328,3 +328,13 @@ def test_a_store_of_an_older_schema_asks_for_an_etl_run(tmp_path):
     result = CliRunner().invoke(cli, ["digest", "--db", str(db), "--input", str(tmp_path / "input.json"), "--uuid", "u"])
     assert result.exit_code == 1 and "was built by an older rcalab" in result.output and f"--db {db}" in result.output
     assert result.output.count("\n") == 1
+
+
+def test_a_store_s_queries_draw_no_progress_bar_of_their_own(tmp_path):
+    """DuckDB draws a bar on any query past two seconds; on a day of 10,000 pods it broke into the etl's progress,
+    from each Dask worker too. Every store connection, a task's shard's as well, leaves the terminal to rcalab."""
+    con = store.connect(tmp_path / "store.duckdb")
+    assert con.execute("select current_setting('enable_progress_bar')").fetchone() == (False,)
+    con.close()
+    with store.write_shard(tmp_path / "shard.duckdb") as shard:
+        assert shard.execute("select current_setting('enable_progress_bar')").fetchone() == (False,)
