@@ -15,7 +15,7 @@ import datetime as dt
 import fcntl
 import os
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
 
@@ -273,8 +273,10 @@ def connect(path: Path | str, read_only: bool = False, shards: bool = True) -> d
         raise damaged(path, short)
     con.execute("set TimeZone = 'UTC'")  # the store's timestamps are naive UTC
     # Progress is rcalab's to show: DuckDB draws a bar of its own on any query past two seconds, which on a wide day
-    # broke into the etl's progress, from each Dask worker too.
-    con.execute("set enable_progress_bar = false")
+    # broke into the etl's progress, from each Dask worker too. In Jupyter without ipywidgets it draws none, and
+    # refuses the setting.
+    with suppress(duckdb.InvalidInputException):
+        con.execute("set enable_progress_bar = false")
     if not read_only:
         migrate(con)
     elif not con.execute("select 1 from information_schema.tables where table_name = 'schema_version'").fetchall():
