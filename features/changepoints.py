@@ -82,7 +82,8 @@ def _quiet(signals: np.ndarray, pen: float) -> np.ndarray:
         window = {"size": width, "axis": 1, "mode": "nearest", "origin": -(width // 2)}  # [i, i + width)
         top = maximum_filter1d(moved, **window)[:, shortest:] - start
         bottom = start - minimum_filter1d(moved, **window)[:, shortest:]
-        quiet[rows] = np.maximum(top.max(axis=1), bottom.max(axis=1)) ** 2 / shortest < room[rows]
+        inner = np.maximum(top.max(axis=1), bottom.max(axis=1)) ** 2 / shortest  # the class's bound
+        quiet[rows] = inner < room[rows]
         shortest += width
     return quiet
 
