@@ -50,6 +50,20 @@ def test_the_readme_is_short_and_its_links_lead_to_pages_that_exist():
             assert (ROOT / link).exists(), link
 
 
+def test_a_bench_that_compares_two_runs_orders_them_so_that_a_steady_drift_of_the_machine_cancels():
+    from testbed.bench import _abba, _ratio, _ratios
+
+    calls = []
+
+    def run(name: str, cost: float):  # the machine slows by half a second on each run
+        return lambda: calls.append(name) or (cost * (1 + 0.5 * (len(calls) - 1)), 0.0)
+
+    a, b = _abba(run("a", 2.0), run("b", 1.0))
+    assert calls == ["a", "b", "b", "a"]
+    assert _ratio(a, b) == 2.0  # one run of each would read 2 / 1.5
+    assert _ratios(a, b) == [1.33, 2.5]
+
+
 def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables(tmp_path):
     page = tmp_path / "benchmarks.md"
     etl = {"etl_seconds": 26.8, "floor_seconds": 25.0, "rerun_seconds": 1.2, "etl_peak_memory_mb": 1710,
