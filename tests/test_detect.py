@@ -257,8 +257,8 @@ def test_rcaeval_s_baselines_rank_the_same_windows_from_the_store(tmp_path):
 
 def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp_path):
     """Two days across midnight, a fault on each: the scan with each day a task on a local cluster (in-process
-    workers; worker processes, one of them killed while the days are scanned; a running cluster's scheduler)
-    gives the same levels, incidents and table as one process."""
+    workers; worker processes, one of them killed while the days are scanned; a running cluster's scheduler), and
+    in this process's helpers, gives the same levels, incidents and table as one process."""
     from distributed import Client, LocalCluster
 
     from features.detect import scan_on
@@ -288,6 +288,11 @@ def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp
     lo, hi = span(t.con)
     alone = scan(t.con, lo, hi)
     t.con.close()
+    read_only = store.connect(db, read_only=True)  # a store opened read-only: its windows are read in helper processes
+    helped = scan(read_only, lo, hi)
+    read_only.close()
+    assert [(lv.window, lv.component, round(lv.score, 9)) for lv in helped] == \
+        [(lv.window, lv.component, round(lv.score, 9)) for lv in alone]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as local, \
             Client(local) as client:
         spread = scan_on(client, db, lo, hi)
