@@ -193,12 +193,13 @@ def missing_calls(units: dict[str, list[Item]], g: nx.DiGraph) -> list[tuple[str
     or a wrong return before the call): the callees' falls are evidence for the caller, unless the callee
     is down itself (then no call could reach it, and its fall is its own) or its own errors rose (calls still
     came, and failed there)."""
-    calls = call_edges(g)
+    callees_of: dict[str, list[str]] = defaultdict(list)
+    for a, b in call_edges(g):
+        callees_of[a].append(b)
     found = []
-    for caller in {a for a, _ in calls}:
+    for caller, callees in callees_of.items():
         if any(fell(it) for it in units.get(caller, [])):
             continue  # its own traffic fell too: its callers stopped calling it, or it is gone
-        callees = [b for a, b in calls if a == caller]
         falls = [(max(it.score for it in units[b] if fell(it)), b) for b in callees
                  if any(fell(it) for it in units.get(b, [])) and not down(units[b]) and not failed(units[b])]
         if falls:
