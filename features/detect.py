@@ -275,7 +275,7 @@ def levels_of(con: duckdb.DuckDBPyConnection, todo: list[Window], progress=lambd
     """The levels of these windows, a window on each core, each query on one (a window's queries are small, and
     DuckDB's own workers on them only contend with the other windows'). A store file opened read-only is read in
     helper processes, a run of windows at a time (`CHUNKS` a core): of 10,000 pods, half a window's time is the
-    ranker's Python, which threads of one process take turns at (a scan of 48 windows: 59 s in threads, 49 s in two
+    ranker's Python, which threads of one process take turns at (a scan of 48 windows: 59 s in threads, 46 s in two
     processes). Another store is read in threads of this process: their queries let go of Python's lock."""
     cores = cores or os.cpu_count() or 1
     (db, shared), = con.execute("select path, readonly from duckdb_databases() "
