@@ -310,13 +310,13 @@ def _in_helpers(db: str, todo: list[Window], progress, cores: int) -> list[Level
     size = math.ceil(len(todo) / (cores * CHUNKS))
     with Behind(processes=cores) as helpers:
         for i in range(0, len(todo), size):
-            helpers.put(_day_levels, db, todo[i:i + size])
+            helpers.put(_levels_from, db, todo[i:i + size])
             progress(sum(map(len, helpers.results)), len(todo))
     progress(len(todo), len(todo))
     return [lv for run in helpers.results for lv in run]
 
 
-def _day_levels(db: str, todo: list[Window]) -> list[Level]:
+def _levels_from(db: str, todo: list[Window]) -> list[Level]:
     """A task of `scan_on` or of `levels_of`: the levels of a run of windows, the store opened read-only where the
     task runs."""
     con = connect(db, read_only=True)
@@ -333,7 +333,7 @@ def scan_on(client, db, lo: dt.datetime, hi: dt.datetime, progress=lambda done, 
     `timeout` seconds a day the scan ends with an error."""
     days = [list(day) for _, day in groupby(windows(lo, hi), key=lambda w: w.start.date())]
     done: dict[int, list[Level]] = {}
-    for i, levels in run_tasks(partial(_day_levels, str(db)), days, client, timeout):
+    for i, levels in run_tasks(partial(_levels_from, str(db)), days, client, timeout):
         done[i] = levels
         progress(sum(len(days[i]) for i in done), sum(len(d) for d in days))
     return [lv for i in range(len(days)) for lv in done[i]]

@@ -55,7 +55,7 @@ def test_a_bench_that_compares_two_runs_orders_them_so_that_a_steady_drift_of_th
 
     calls = []
 
-    def run(name: str, cost: float):  # the machine slows by half a second on each run
+    def run(name: str, cost: float):  # each run takes half its cost longer than the one before
         return lambda: calls.append(name) or (cost * (1 + 0.5 * (len(calls) - 1)), 0.0)
 
     a, b = _abba(run("a", 2.0), run("b", 1.0))
