@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -100,6 +102,30 @@ def floor(dump: Path, db: Path) -> dict:
     return _child(_FLOOR, dump, db)
 
 
+def in_turns(a: Callable[[], tuple], b: Callable[[], tuple]) -> tuple[list[tuple], list[tuple]]:
+    """Two runs each of two measures to be compared (each run's seconds first), in the order a b b a: this machine's
+    speed drifts by the hour (a step of the same code has run twice as long an hour later), and the order cancels a
+    steady drift from their ratio, where one run of each would put it there."""
+    first, second = [a()], [b()]
+    second.append(b())
+    first.append(a())
+    return first, second
+
+
+def mean_seconds(runs: list[tuple]) -> float:
+    return round(sum(run[0] for run in runs) / len(runs), 1)
+
+
+def ratio(a: list[tuple], b: list[tuple]) -> float:
+    """The ratio of the runs' total seconds."""
+    return round(sum(run[0] for run in a) / sum(run[0] for run in b), 2)
+
+
+def pair_ratios(a: list[tuple], b: list[tuple]) -> list[float]:
+    """Each pair's ratio: the first runs of a and b (run one after the other), then the second ones."""
+    return [round(x[0] / y[0], 2) for x, y in zip(a, b)]
+
+
 def _child(script: str, dump: Path, db: Path, *args: str) -> dict:
     started = time.perf_counter()
     child = subprocess.run([sys.executable, "-c", script, str(dump), str(db), *args], capture_output=True, text=True)
@@ -111,23 +137,31 @@ def _child(script: str, dump: Path, db: Path, *args: str) -> dict:
 
 
 def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
-    """The nightly job's time, peak memory and rates on one simulated day; the floor (DuckDB materialising every
-    column of the same files, in a process of its own, measured in the same run); the rerun; the real day."""
+    """The nightly job's time, peak memory and rates on one simulated day, beside the floor (DuckDB materialising
+    every column of the same files, in a process of its own), each run twice in turns (`in_turns`), each into a new
+    store; a rerun of the last (nothing new to load); the real day. The rates are the first run's."""
     with tempfile.TemporaryDirectory() as tmp:
-        dump, db = Path(tmp) / "dump", Path(tmp) / "store.duckdb"
+        dump = Path(tmp) / "dump"
         subprocess.run([sys.executable, "-m", "rcalab", "simulate", str(dump), "--cases", "1", "--scale", str(scale)],
                        check=True, stdout=subprocess.DEVNULL)
-        least = floor(dump, Path(tmp) / "floor.duckdb")
-        first = _child(_CHILD, dump, db)
-        rerun = _child(_CHILD, dump, db)
-    rows, secs = first["rows"], first["kind_seconds"]
+        made = itertools.count()
+
+        def run(script: str) -> tuple[float, dict, Path]:
+            db = Path(tmp) / f"store-{next(made)}.duckdb"  # a new one: an etl into a loaded store has nothing to do
+            result = _child(script, dump, db)
+            return result["wall_seconds"], result, db
+
+        etl, least = in_turns(partial(run, _CHILD), partial(run, _FLOOR))
+        rerun = _child(_CHILD, dump, etl[-1][2])
+    rows, secs = etl[0][1]["rows"], etl[0][1]["kind_seconds"]
     result = {
         "scale": scale,
-        "etl_seconds": round(first["wall_seconds"], 2),
-        "etl_peak_memory_mb": round(first["peak_mb"], 1),
-        "floor_seconds": round(least["wall_seconds"], 2),
-        "floor_peak_memory_mb": round(least["peak_mb"], 1),
-        "etl_over_floor": round(first["wall_seconds"] / least["wall_seconds"], 2),
+        "etl_seconds": mean_seconds(etl),
+        "etl_peak_memory_mb": round(max(r["peak_mb"] for _, r, _ in etl), 1),
+        "floor_seconds": mean_seconds(least),
+        "floor_peak_memory_mb": round(max(r["peak_mb"] for _, r, _ in least), 1),
+        "etl_over_floor": ratio(etl, least),
+        "etl_over_floor_each_pair": pair_ratios(etl, least),
         "rerun_seconds": round(rerun["wall_seconds"], 2),
         "log_lines": rows.get("log", 0),
         "log_lines_per_s": round(rows.get("log", 0) / max(secs.get("log", 1e-9), 1e-9)),

@@ -108,7 +108,7 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
     """Measure a stage; print its tables, save them as OUT/WHAT.json and in its section of PAGE.
 
     testbed times one simulated day (and a day of each system at 0.01) and checks the fault signatures of each
-    system's random schedule at scales 0.005 and 0.05; etl times one simulated day's load beside the floor; scale
+    system's random schedule at scales 0.005 and 0.05; etl times one simulated day's load beside the floor (each twice, in turns); scale
     the nightly job on four days in one process and on local Dask clusters; store reads a store that thirty nights filled; wide simulates and loads
     systems of 1,000, 5,000 and 10,000 pods beside the floor (each twice, in turns), and ranks the widest's faults (three, an hour
     apart, and the hour before) and scans them and those of two more seeds; load runs diagnose on sixteen

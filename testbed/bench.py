@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
-from features.bench import REPLAY_SCALE
+from features.bench import REPLAY_SCALE, in_turns, mean_seconds, pair_ratios, ratio
 from features.refresh import nightly
 
 from .faults import fault_types, get
@@ -169,30 +168,6 @@ def _measured(args: list[str]) -> tuple[float, float]:
     return round(time.perf_counter() - started, 1), round(usage.ru_maxrss / 1024)
 
 
-def _abba(a: Callable[[], tuple[float, float]], b: Callable[[], tuple[float, float]]
-          ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """Two runs each of two measures (seconds, MB) to be compared, in the order a b b a: this machine's speed drifts
-    by the hour (a step of the same code has run twice as long an hour later), and the order cancels a steady drift
-    from their ratio, where one run of each would put it there."""
-    first, second = [a()], [b()]
-    second.append(b())
-    first.append(a())
-    return first, second
-
-
-def _mean(runs: list[tuple[float, float]]) -> float:
-    return round(sum(s for s, _ in runs) / len(runs), 1)
-
-
-def _ratio(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    return round(sum(s for s, _ in a) / sum(s for s, _ in b), 2)
-
-
-def _ratios(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[float]:
-    """Each pair's ratio: the first runs of a and b (run one after the other), then the second ones."""
-    return [round(x / y, 2) for (x, _), (y, _) in zip(a, b)]
-
-
 WIDE_DAY = (1000, 23)  # pods, faults an hour apart: a whole day of them, its series of 1,440 minutes
 
 
@@ -220,9 +195,9 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
         day_pods, day_faults = whole_day
         out["sizes"].append(_width(Path(root) / "whole-day", day_pods, replicas, day_faults, scale, seeds[0], progress))
         progress("wide: etl on 1 and 2 workers")  # the widest day on local Dask clusters: its parts are tasks
-        one, two = _abba(*(partial(_load, tmp, f"workers-{n}.duckdb", "--workers", str(n)) for n in (1, 2)))
-        out |= {"etl s, 1 worker": _mean(one), "etl s, 2 workers": _mean(two),
-                "speed-up of 2 workers": _ratio(one, two), "speed-up of 2 workers, each pair": _ratios(one, two)}
+        one, two = in_turns(*(partial(_load, tmp, f"workers-{n}.duckdb", "--workers", str(n)) for n in (1, 2)))
+        out |= {"etl s, 1 worker": mean_seconds(one), "etl s, 2 workers": mean_seconds(two),
+                "speed-up of 2 workers": ratio(one, two), "speed-up of 2 workers, each pair": pair_ratios(one, two)}
         truth = [json.loads(line) for line in (tmp / "dump" / "groundtruth.jsonl").read_text().splitlines()]
         questions = load_questions(tmp / "dump" / "input.json")
         con = store.connect(tmp / "store.duckdb", read_only=True)
@@ -264,14 +239,14 @@ def _width(tmp: Path, pods: int, replicas: int, cases: int, scale: float, seed: 
         (tmp / "floor.duckdb").unlink()
         return round(least["wall_seconds"], 1), round(least["peak_mb"])
 
-    etl, least = _abba(partial(_load, tmp, "store.duckdb"), floor_run)
-    size |= {"etl s": _mean(etl), "etl MB": max(mb for _, mb in etl),
-             "floor s": _mean(least), "floor MB": max(mb for _, mb in least)}
+    etl, least = in_turns(partial(_load, tmp, "store.duckdb"), floor_run)
+    size |= {"etl s": mean_seconds(etl), "etl MB": max(mb for _, mb in etl),
+             "floor s": mean_seconds(least), "floor MB": max(mb for _, mb in least)}
     con = store.connect(tmp / "store.duckdb", read_only=True)
     (rows, files), = con.execute("select sum(rows), count(*) from manifest where status = 'loaded'").fetchall()
     con.close()
-    return size | {"files": files, "rows": rows, "etl / floor": _ratio(etl, least),
-                   "etl / floor, each pair": _ratios(etl, least), "etl us a row": round(size["etl s"] / rows * 1e6, 2),
+    return size | {"files": files, "rows": rows, "etl / floor": ratio(etl, least),
+                   "etl / floor, each pair": pair_ratios(etl, least), "etl us a row": round(size["etl s"] / rows * 1e6, 2),
                    "simulate ms a pod-hour": round(size["simulate s"] / (pods * hours) * 1e3, 2)}
 
 

@@ -51,17 +51,17 @@ def test_the_readme_is_short_and_its_links_lead_to_pages_that_exist():
 
 
 def test_a_bench_that_compares_two_runs_orders_them_so_that_a_steady_drift_of_the_machine_cancels():
-    from testbed.bench import _abba, _ratio, _ratios
+    from features.bench import in_turns, pair_ratios, ratio
 
     calls = []
 
     def run(name: str, cost: float):  # each run takes half its cost longer than the one before
         return lambda: calls.append(name) or (cost * (1 + 0.5 * (len(calls) - 1)), 0.0)
 
-    a, b = _abba(run("a", 2.0), run("b", 1.0))
+    a, b = in_turns(run("a", 2.0), run("b", 1.0))
     assert calls == ["a", "b", "b", "a"]
-    assert _ratio(a, b) == 2.0  # one run of each would read 2 / 1.5
-    assert _ratios(a, b) == [1.33, 2.5]
+    assert ratio(a, b) == 2.0  # one run of each would read 2 / 1.5
+    assert pair_ratios(a, b) == [1.33, 2.5]
 
 
 def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables(tmp_path):
