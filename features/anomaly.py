@@ -46,7 +46,8 @@ def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, batches: Iter
     many components computed at once held each intermediate column over all of them), and its series' names apart,
     then written in time order with their names: a window's query then reads only the row groups of its hours (their
     zone maps). Sorting the points without their names is cheaper (a part of a wide day, 2.6 M points, took 6.1 s of
-    CPU in place of 6.6)."""
+    CPU in place of 6.6), and each batch is staged in time order already (a stable sort keeps a minute's series in
+    order), so that DuckDB's sort meets a few sorted runs (a part of 6.7 M points: that insert's CPU 4.9 -> 3.9 s)."""
     con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
     con.execute("create or replace temp table anomaly_staged (ts timestamp, sid bigint, value double, baseline double, "
                 "z double)")
@@ -54,7 +55,7 @@ def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, batches: Iter
                 "metric text)")
     try:
         for names, points in batches:
-            out = robust_z(points, ["sid"], "value", "ts").filter(pl.col("ts") >= lo)
+            out = robust_z(points, ["sid"], "value", "ts").filter(pl.col("ts") >= lo).sort("ts", maintain_order=True)
             con.execute("insert into anomaly_staged select ts, sid, value, baseline, z from out")
             con.execute("insert into anomaly_names select sid, source, component, service, metric from names")
         (rows,), = con.execute("""insert into metric_anomaly
