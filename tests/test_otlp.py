@@ -195,7 +195,8 @@ def test_a_file_s_first_characters_tell_its_signal_as_duckdb_reading_its_first_l
              "logs.jsonl": '\n{"resourceLogs": [{"resource": {}}]}\n' + objects + "\n",
              "objects.jsonl": '{"resourceLogs": [{"attributes": [' + objects + "]}]}",
              "long.jsonl": '{"resourceLogs": [' + " " * kubernetes.PEEK + '{"attributes": [' + objects + "]}]}\n",
-             "notes.json": '{"not": "telemetry"}\n', "list.json": "[1, 2]\n", "metrics.jsonl.zst": '{"resourceMetrics": []}\n'}
+             "notes.json": '{"not": "telemetry"}\n', "list.json": "[1, 2]\n", "metrics.jsonl.zst": '{"resourceMetrics": []}\n',
+             "padded.json": " " * otlp.KEY_CHARS + '{"resourceSpans": []}\n'}  # its key past the first characters read
     for name, text in texts.items():
         path = tmp_path / name
         path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else
@@ -204,9 +205,9 @@ def test_a_file_s_first_characters_tell_its_signal_as_duckdb_reading_its_first_l
     told = {name: otlp.signal(con, tmp_path / name) for name in texts}
     assert told == {"spans.json": "trace", "metrics.jsonl.gz": "metric", "logs.jsonl": "log",
                     "objects.jsonl": kubernetes.KIND, "long.jsonl": kubernetes.KIND, "notes.json": None,
-                    "list.json": None, "metrics.jsonl.zst": "metric"}
+                    "list.json": None, "metrics.jsonl.zst": "metric", "padded.json": "trace"}
     assert {name for name in texts if otlp._peek(tmp_path / name)} == {"spans.json", "metrics.jsonl.gz", "logs.jsonl",
-                                                                        "objects.jsonl"}
+                                                                        "objects.jsonl", "padded.json"}
     monkeypatch.setattr(otlp, "_peek", lambda path: None)
     assert {name: otlp.signal(con, tmp_path / name) for name in texts} == told
 

@@ -28,10 +28,10 @@ def _open(path: Path):
         open(path, encoding="utf-8", errors="replace")
 
 
-def head(path: Path) -> str:
-    """A plain or gzip file's first PEEK characters."""
+def head(path: Path, size: int = PEEK) -> str:
+    """A plain or gzip file's first `size` characters."""
     with _open(path) as f:
-        return f.read(PEEK)
+        return f.read(size)
 
 
 SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")

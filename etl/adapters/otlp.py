@@ -75,6 +75,7 @@ def signal(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     return kubernetes.KIND if kind == "log" and objects else kind
 
 
+KEY_CHARS = 1024  # read first: a file's key is within them (12,000 files told in 1.8 s, in 2.5 s reading PEEK of each)
 FIRST_KEY = re.compile(r'\{\s*"(' + "|".join(SIGNALS) + r')"\s*:')  # an export request's one key
 
 
@@ -86,6 +87,9 @@ def _peek(path: Path) -> str | None:
     if path.name.endswith(".zst"):
         return None
     try:
+        # a metric or trace file's first characters say all; a log file's first line may say it is the cluster's
+        if (key := FIRST_KEY.match(kubernetes.head(path, KEY_CHARS).lstrip())) and SIGNALS[key[1]] != "log":
+            return SIGNALS[key[1]]
         first = kubernetes.head(path)
     except (OSError, EOFError, UnicodeError):
         return None
