@@ -1,14 +1,15 @@
-"""Units of work (a day to load, a day's features, a day to scan) run one after another in this process, or as
-tasks on a Dask cluster: the field's engine for Python work past one machine. A task whose worker dies is run
-again by the scheduler on another; every wait for one is bounded. Within a unit, `Behind` runs a piece of work (a file to
-write) in a thread of its own while the next piece is made, or in helper processes where the piece holds Python's
-lock (ruptures' search)."""
+"""Units of work (a day to load, a day's features, a day to scan) run one after another in this process, side by
+side in processes of this machine (`Local`), or as tasks on a Dask cluster: the field's engine for Python work past
+one machine. A task whose worker dies is run again by the scheduler on another; every wait for one is bounded. Within
+a unit, `Behind` runs a piece of work (a file to write) in a thread of its own while the next piece is made, or in
+helper processes where the piece holds Python's lock (ruptures' search)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -105,19 +106,89 @@ def _worker():
 
 
 def worker_threads() -> int | None:
-    """The threads of the Dask worker running this task, None outside one: what the task's DuckDB may use (by
-    default it takes every core, and a machine's workers would each take them all)."""
+    """The threads of the Dask worker or `Local` process running this task, None outside one: what the task's DuckDB
+    may use (by default it takes every core, and a machine's workers would each take them all)."""
     worker = _worker()
-    return worker.state.nthreads if worker else None
+    return worker.state.nthreads if worker else _share[0]
 
 
 def task_memory() -> int:
     """The bytes a task's DuckDB may hold before it spills to disk: three quarters of its Dask worker's memory limit
-    (the rest for the task's Python), `TASK_MEMORY` outside one. DuckDB's own default is 80 % of the machine's memory,
-    which a day of 10,000 pods took (12 GB to sort its anomaly table) and a machine's workers would each take."""
+    (the rest for the task's Python), `TASK_MEMORY` outside one. `Local`'s processes side by side share it with their
+    Pythons, each of which holds its batches and libraries: of one share more than the processes (a constant fitted to
+    keep a step within 4 GB here: the features of a day of 10,000 pods, in two processes of 1 GiB each, held at most
+    0.4 GB in this process and 1.7 GB in each of them). DuckDB's own default is 80 % of the machine's memory, which a
+    day of 10,000 pods took (12 GB to sort its anomaly table) and a machine's workers would each take."""
     worker = _worker()
     limit = worker.memory_manager.memory_limit if worker else None
-    return int(0.75 * limit) if limit else TASK_MEMORY
+    if limit:
+        return int(0.75 * limit)
+    return TASK_MEMORY if _share[0] is None else TASK_MEMORY // (_share[1] + 1)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Local:
+    """A client of `run_tasks` that runs several tasks side by side in processes of this machine (spawned: DuckDB's
+    threads do not survive a fork), as many as there are cores or tasks, each with its share of the cores; a single
+    task runs in this process with all of them. Much of a task runs on one core at a time (Python between queries,
+    frames handed to DuckDB, operators of one thread), so tasks side by side keep the cores busier than each task in
+    turn with every core: a day of 10,000 pods (its load in four tasks, its features in eight) took 98 s and 188 s of
+    CPU in two processes of one thread each, 117 s and 216 s in one process of two threads (two runs each, in turns,
+    by hand, each process's DuckDB holding 1.5 GiB; at `task_memory`'s 1 GiB, one run took 102 s)."""
+
+
+_share = (None, 1)  # in a process of `Local`: its threads, and how many such processes share the machine
+
+
+def _side_by_side(threads: int, processes: int) -> None:
+    global _share
+    _share = (threads, processes)
+
+
+THREAD_POOLS = ("POLARS_MAX_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def _pools_of(threads: int):
+    """The environment of processes started within: their libraries' thread pools of `threads` (read as each
+    library loads, before a process's first task)."""
+    before = {name: os.environ.get(name) for name in THREAD_POOLS}
+    os.environ.update({name: str(threads) for name in THREAD_POOLS})
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
+
+
+def _local(fn: Callable[[T], R], items: list[T], timeout: float) -> Iterator[tuple[int, R]]:
+    processes = min(cores(), len(items))
+    threads = max(1, cores() // processes)
+    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_side_by_side, initargs=(threads, processes))
+    ended = False
+    try:
+        with _pools_of(threads):  # the pool starts a process as a task is sent
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        for future in as_completed(futures, timeout=timeout * len(items)):
+            yield futures[future], future.result()
+        ended = True
+    except TimeoutError:
+        raise RcalabError(f"{len(items)} tasks did not finish in {timeout * len(items):.0f} s") from None
+    except BrokenProcessPool:
+        raise RcalabError("a task's process died before its task was done") from None
+    finally:
+        if not ended:  # a task still running is not waited for (Python 3.14 has the pool's kill_workers)
+            for process in (pool._processes or {}).values():
+                process.kill()
+        pool.shutdown(wait=ended, cancel_futures=True)
 
 
 def local_cluster(workers: int):
@@ -133,10 +204,14 @@ def local_cluster(workers: int):
 
 def run_tasks(fn: Callable[[T], R], items: Iterable[T], client=None, timeout: float = TASK_SECONDS
               ) -> Iterator[tuple[int, R]]:
-    """(index, result) of `fn` on each item as each ends: in order in this process (`client` None), or in the
-    order they end on the cluster of `client` (a `distributed.Client`), past `timeout` seconds a task an error."""
+    """(index, result) of `fn` on each item as each ends: in order in this process (`client` None, or `Local` with
+    one task or one core), or in the order they end in processes of `Local` or on the cluster of `client` (a
+    `distributed.Client`), past `timeout` seconds a task an error."""
     items = list(items)
-    if client is None:
+    if isinstance(client, Local) and len(items) > 1 and cores() > 1:
+        yield from _local(fn, items, timeout)
+        return
+    if client is None or isinstance(client, Local):
         for i, item in enumerate(items):
             yield i, fn(item)
         return

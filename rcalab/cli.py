@@ -9,7 +9,7 @@ import click
 from rich.progress import Progress
 
 from common.errors import RcalabError, check_output, shown
-from common.tasks import cluster
+from common.tasks import Local, cluster
 from rcalab.bench import BENCHES, PAGE, cell
 from rcalab.terminal import (console, echo, incidents_table, judged_lines, judged_table, loaded_lines, reports_errors,
                              rows_table, show, working)
@@ -109,7 +109,7 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
 
     testbed times one simulated day (and a day of each system at 0.01) and checks the fault signatures of each
     system's random schedule at scales 0.005 and 0.05; etl times one simulated day's load beside the floor (each twice, in turns); scale
-    the nightly job on four days in one process and on local Dask clusters; store reads a store that thirty nights filled; wide simulates and loads
+    the nightly job on four days as etl runs it and on local Dask clusters; store reads a store that thirty nights filled; wide simulates and loads
     systems of 1,000, 5,000 and 10,000 pods beside the floor (each twice, in turns), and ranks the widest's faults (three, an hour
     apart, and the hour before) and scans them and those of two more seeds; load runs diagnose on sixteen
     cases, eight at once, against a stand-in endpoint that answers at once and one slower than the time limit;
@@ -150,7 +150,7 @@ def bench(what, out, page, scale, nezha, sample, schedule, real, random, seed, c
 def etl(dump, db, fmt, workers, scheduler):
     """Load a telemetry dump into the feature store, incrementally (unchanged files are skipped), and refresh
     the features of the days it changed. Each day of the dump (each part of a day of 128 MB or more) is a task
-    that writes a shard of its own beside the store (STORE.shards/).
+    that writes a shard of its own beside the store (STORE.shards/); several run side by side, a process a core.
 
     Exit status 2 when some files failed (they are listed, and recorded in the manifest).
 
@@ -159,7 +159,8 @@ def etl(dump, db, fmt, workers, scheduler):
     from features.refresh import nightly
 
     with working("loading") as update, cluster(workers, scheduler) as client:
-        report = nightly(dump.resolve(), db.resolve(), fmt, client=client, progress=lambda i, what: update(what))
+        report = nightly(dump.resolve(), db.resolve(), fmt, client=client or Local(),
+                         progress=lambda i, what: update(what))
     for line, err in loaded_lines(report, db):
         echo(line, err=err)
     if report.partial:

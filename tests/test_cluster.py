@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
+from common.tasks import Local
 from etl import store
 from features.cases import load_questions
 from features.detect import incidents, scan
@@ -80,6 +81,14 @@ def test_days_loaded_as_tasks_on_a_cluster_make_the_same_store(three_days, alone
     found, answers = findings(alone, three_days, tmp_path)
     assert findings(spread, three_days, tmp_path) == (found, answers)
     assert len(found) >= 5 and answers.count("\n") >= 12
+
+
+def test_days_loaded_side_by_side_in_processes_of_this_machine_make_the_same_store(three_days, alone, tmp_path):
+    """`rcalab etl`'s way without a cluster: several tasks run in processes of their own, a core each."""
+    side = tmp_path / "side.duckdb"
+    report = nightly(three_days, side, client=Local())
+    assert not report.failed
+    assert fingerprint(side) == fingerprint(alone)
 
 
 def test_a_worker_killed_in_the_middle_of_a_day_changes_nothing(three_days, alone, tmp_path):

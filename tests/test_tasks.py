@@ -1,11 +1,12 @@
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 
 from common.errors import RcalabError
-from common.tasks import Behind, task_parts
+from common.tasks import TASK_MEMORY, Behind, Local, cores, run_tasks, task_memory, task_parts, worker_threads
 
 
 @pytest.mark.parametrize("inline", [False, True])
@@ -75,3 +76,32 @@ def test_behind_in_a_daemonic_process_a_dask_worker_s_runs_its_pieces_in_a_threa
     worker.start()
     assert results.get(timeout=60) == [32]
     worker.join(timeout=60)
+
+
+def _share(_):
+    return os.getpid(), worker_threads(), task_memory(), os.environ.get("POLARS_MAX_THREADS")
+
+
+two_cores = pytest.mark.skipif(cores() < 2, reason="tasks side by side need two cores")
+
+
+@two_cores
+def test_local_runs_several_tasks_side_by_side_in_processes_each_with_its_share_of_the_machine():
+    """A process a core (or a task), each task's DuckDB and polars given the process's share of the cores and of
+    `TASK_MEMORY`; a single task runs here, with all of them."""
+    got = dict(run_tasks(_share, range(4), Local()))
+    processes = min(cores(), 4)
+    threads = max(1, cores() // processes)
+    assert sorted(got) == [0, 1, 2, 3] and os.getpid() not in {pid for pid, *_ in got.values()}
+    assert {tuple(share) for _, *share in got.values()} == {(threads, TASK_MEMORY // (processes + 1), str(threads))}
+    assert list(run_tasks(_share, ["one"], Local())) == [(0, _share(None))]
+
+
+@two_cores
+@pytest.mark.parametrize("fn, args, error", [(time.sleep, [60, 60], "did not finish"),
+                                             (os._exit, [0, 1], "process died")])
+def test_a_local_task_past_its_time_or_whose_process_died_is_an_error_and_nothing_is_waited_for(fn, args, error):
+    started = time.monotonic()
+    with pytest.raises(RcalabError, match=error):
+        list(run_tasks(fn, args, Local(), timeout=2))
+    assert time.monotonic() - started < 30
