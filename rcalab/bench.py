@@ -259,7 +259,7 @@ def _testbed(settings: Settings, progress) -> tuple[dict, list[Table]]:
 def _scale(settings: Settings, progress) -> tuple[dict, list[Table]]:
     from features.bench import scale_run
 
-    progress("scale: four simulated days, in one process and on local clusters of 1 and 2 workers")
+    progress("scale: four simulated days, as etl runs them and on local clusters of 1 and 2 workers")
     result = scale_run(scale=settings.scale or 0.25)
     return result, [scale_table(result)]
 
@@ -573,7 +573,7 @@ def etl_plot(result: dict) -> tuple:
 
 
 def scale_plot(result: dict) -> tuple:
-    """The nightly job in one process and on Dask clusters: its time, and the speed-up over one worker."""
+    """The nightly job as `rcalab etl` runs it and on Dask clusters: its time, and the speed-up over one worker."""
     plt, fig, (time_ax, speed_ax) = _figure(3, columns=2)
     runs = result["runs"]
     time_ax.bar(list(runs), [r["seconds"] for r in runs.values()], color="tab:blue")

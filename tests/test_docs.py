@@ -64,11 +64,24 @@ def test_a_bench_that_compares_two_runs_orders_them_so_that_a_steady_drift_of_th
     assert pair_ratios(a, b) == [1.33, 2.5]
 
 
+def test_a_bench_counts_the_memory_a_command_and_the_processes_it_starts_hold_at_once():
+    """The etl runs tasks side by side in processes of their own: its peak is theirs together, not its largest's."""
+    import sys
+
+    from testbed.bench import _measured
+
+    hold = "import time; x = bytearray({} * 2**20); time.sleep(1.5)"
+    starts = f"import subprocess, sys; x = bytearray(200 * 2**20); subprocess.run([sys.executable, '-c', {hold.format(300)!r}])"
+    _, alone = _measured([sys.executable, "-c", hold.format(300)])
+    _, together = _measured([sys.executable, "-c", starts])
+    assert 300 <= alone < 400 and together >= alone + 200
+
+
 def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables(tmp_path):
     page = tmp_path / "benchmarks.md"
     etl = {"etl_seconds": 26.8, "floor_seconds": 25.0, "rerun_seconds": 1.2, "etl_peak_memory_mb": 1710,
            "floor_peak_memory_mb": 3070}
-    scale = {"runs": {"one process": {"seconds": 59.0, "speed_up": 1.0}, "2 workers": {"seconds": 40.0, "speed_up": 1.5}}}
+    scale = {"runs": {"default": {"seconds": 59.0, "speed_up": 1.0}, "2 workers": {"seconds": 40.0, "speed_up": 1.5}}}
     for what, result in (("etl", etl), ("scale", scale)):
         write_page(what, result, [], f"rcalab bench {what}", page)
         assert f"![{what}](bench/{what}.png)" in page.read_text()
