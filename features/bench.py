@@ -52,7 +52,8 @@ from common.tasks import Local, cores
 from features.refresh import nightly
 t = time.perf_counter()
 r = nightly(sys.argv[1], sys.argv[2], client=Local())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + cores() * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+own, tasks = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+peak = own + cores() * tasks
 print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=peak / 1024,
                       rows=r.rows_by_kind, kind_seconds=r.seconds_by_kind, failed=len(r.failed))))
 """
@@ -185,8 +186,8 @@ def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
 
 def scale_run(scale: float = 0.25, days: int = 4) -> dict:
     """The nightly job on `days` simulated days (a fault an hour) as `rcalab etl` runs it and on local Dask clusters
-    of 1 and 2 worker processes: time (the job's, not the cluster's start), peak memory, speed-up over one worker, rows per
-    second."""
+    of 1 and 2 worker processes: time (the job's, not the cluster's start), peak memory, speed-up over one worker,
+    rows per second."""
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "dump"

@@ -71,7 +71,8 @@ def test_a_bench_counts_the_memory_a_command_and_the_processes_it_starts_hold_at
     from testbed.bench import _measured
 
     hold = "import time; x = bytearray({} * 2**20); time.sleep(1.5)"
-    starts = f"import subprocess, sys; x = bytearray(200 * 2**20); subprocess.run([sys.executable, '-c', {hold.format(300)!r}])"
+    starts = (f"import subprocess, sys; x = bytearray(200 * 2**20); "
+              f"subprocess.run([sys.executable, '-c', {hold.format(300)!r}])")
     _, alone = _measured([sys.executable, "-c", hold.format(300)])
     _, together = _measured([sys.executable, "-c", starts])
     assert 300 <= alone < 400 and together >= alone + 200
