@@ -103,7 +103,8 @@ class DayResult:
 def run_etl(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None,
             then: Callable[[duckdb.DuckDBPyConnection, Report], None] | None = None, client=None) -> Report:
     """Load `dump` into the store `db` incrementally (see the module docstring), each day a task: in this process,
-    or on the Dask cluster of `client` (the store must then be on a file system every worker reaches).
+    side by side in processes of this machine (`client` a `common.tasks.Local`), or on the Dask cluster of `client`
+    (the store must then be on a file system every worker reaches).
     `then(con, report)` runs once the files are in, on the same connection and under the same lock (the nightly
     job refreshes the features)."""
     dump = Path(dump).resolve()  # a file is known by its real path, however the dump was named

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, str], None] | None = None,
             client=None) -> Report:
     """Load `dump` into the store `db` (`etl.loader.run_etl`), then refresh the features of the days it touched;
-    each day a task, on the Dask cluster of `client` if given."""
+    each day a task, run where `client` says (`run_tasks`)."""
     return run_etl(dump, db, fmt, progress, then=lambda con, report: refresh_dirty(con, db, report, progress, client),
                    client=client)
 
