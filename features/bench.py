@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -44,18 +45,15 @@ FOUND_WITHIN = dt.timedelta(minutes=2)  # an incident that starts later than thi
 STORE_SECONDS = 4 * 3600.0  # a bench's store (simulated, loaded and measured) past this is stuck
 ON_TIME = dt.timedelta(minutes=5)  # an operator's patience: an incident that starts this soon after its fault
 
-# The nightly job as `rcalab etl` runs it. Its peak memory: this process's, and its task processes' side by side (as
-# many as the cores, each at most the largest).
+# The nightly job as `rcalab etl` runs it (its memory is measured from outside, with its task processes: `measured`).
 _CHILD = """
-import json, resource, sys, time
-from common.tasks import Local, cores
+import json, sys, time
+from common.tasks import Local
 from features.refresh import nightly
 t = time.perf_counter()
 r = nightly(sys.argv[1], sys.argv[2], client=Local())
-own, tasks = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-peak = own + cores() * tasks
-print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=peak / 1024,
-                      rows=r.rows_by_kind, kind_seconds=r.seconds_by_kind, failed=len(r.failed))))
+print(json.dumps(dict(seconds=time.perf_counter() - t, rows=r.rows_by_kind, kind_seconds=r.seconds_by_kind,
+                      failed=len(r.failed))))
 """
 
 
@@ -64,7 +62,7 @@ print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=peak / 1024,
 # reads it (`otlp.scan`: in its columns, as DuckDB's guess of a schema from a sample of nested requests fails where
 # files differ; a record a line; each row's file).
 _FLOOR = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 import duckdb
 from etl.adapters import otlp
@@ -80,25 +78,22 @@ for i, ((folder, parquet), paths) in enumerate(sorted(files.items())):
     elif (kind := otlp.signal(con, Path(paths[0]))) in otlp.COLUMNS:
         con.execute(f"create table t{i} as select * from {otlp.scan(kind, '?')}", [paths])
 con.close()
-print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+print(json.dumps(dict(seconds=time.perf_counter() - t)))
 """
 
 
 # The nightly job with each day a task on a local cluster of N worker processes, one thread each; the cluster's
-# start is not counted. Peak memory per worker process, and the coordinator's (this process).
+# start is not counted (its memory is: the workers' and this process's together).
 _CLUSTER = """
-import json, resource, sys, time
+import json, sys, time
 from distributed import Client
+from common.tasks import local_cluster
 from features.refresh import nightly
-def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 with local_cluster(int(sys.argv[3])) as local, Client(local) as client:
     t = time.perf_counter()
     r = nightly(sys.argv[1], sys.argv[2], client=client)
     seconds = time.perf_counter() - t
-    workers = list(client.run(peak).values())
-print(json.dumps(dict(seconds=seconds, peak_mb=peak(), worker_peak_mb=max(workers), rows=r.rows_by_kind,
-                      failed=len(r.failed))))
+print(json.dumps(dict(seconds=seconds, rows=r.rows_by_kind, failed=len(r.failed))))
 """
 
 
@@ -131,14 +126,40 @@ def pair_ratios(a: list[tuple], b: list[tuple]) -> list[float]:
     return [round(x[0] / y[0], 2) for x, y in zip(a, b)]
 
 
+def measured(name: str, args: list[str], timeout: float = STORE_SECONDS) -> tuple[float, float, str]:
+    """Wall seconds, peak memory (MB) and standard output of the command `args` (`name` in errors), run in a process
+    of its own. Its peak is the most that it and the processes it starts (the etl's tasks side by side, a cluster's
+    workers) hold at once, their resident sets sampled every tenth of a second. The kernel's own peak of a process
+    (`getrusage`, VmHWM) would count one process only, and a child's counts its parent's memory as it was at the
+    fork. A command past `timeout` seconds is killed, with the processes it started."""
+    import psutil
+
+    started, held = time.perf_counter(), 0
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(args, stdout=out, stderr=err)
+        tree = psutil.Process(child.pid)
+        while not (ended := os.wait4(child.pid, os.WNOHANG))[0]:
+            with suppress(psutil.Error):  # a process that ended between the listing and the reading
+                held = max(held, sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)]))
+            if time.perf_counter() - started > timeout:
+                processes = [tree]
+                with suppress(psutil.Error):
+                    processes = [*tree.children(recursive=True), tree]
+                for process in processes:
+                    with suppress(psutil.Error):
+                        process.kill()
+                child.wait(10)
+                raise RuntimeError(f"{name} took more than {timeout:.0f} s: it was stopped")
+            time.sleep(0.1)
+        err.seek(0), out.seek(0)
+        if ended[1]:
+            raise RuntimeError(f"{name} failed: {err.read().decode(errors='replace').strip()[-500:] or '?'}")
+        return round(time.perf_counter() - started, 2), round(held / 2**20), out.read().decode()
+
+
 def _child(script: str, dump: Path, db: Path, *args: str) -> dict:
-    started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", script, str(dump), str(db), *args], capture_output=True, text=True)
-    if child.returncode:
-        raise RuntimeError(f"the run on {dump} failed: {(child.stderr.strip().splitlines() or ['?'])[-1]}")
-    result = json.loads(child.stdout.strip().splitlines()[-1])
-    result["wall_seconds"] = time.perf_counter() - started
-    return result
+    seconds, mb, out = measured(f"the run on {dump}", [sys.executable, "-c", script, str(dump), str(db), *args])
+    return json.loads(out.strip().splitlines()[-1]) | {"wall_seconds": seconds, "peak_mb": mb}
 
 
 def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
@@ -186,8 +207,8 @@ def nightly_run(scale: float = 1.0, nezha: Path | None = None) -> dict:
 
 def scale_run(scale: float = 0.25, days: int = 4) -> dict:
     """The nightly job on `days` simulated days (a fault an hour) as `rcalab etl` runs it and on local Dask clusters
-    of 1 and 2 worker processes: time (the job's, not the cluster's start), peak memory, speed-up over one worker,
-    rows per second."""
+    of 1 and 2 worker processes: time (the job's, not the cluster's start), peak memory (all its processes'),
+    speed-up over one worker, rows per second."""
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "dump"
@@ -201,7 +222,6 @@ def scale_run(scale: float = 0.25, days: int = 4) -> dict:
     return {"scale": scale, "days": days, "parquet_mb": round(parquet / 2**20), "runs": {
         name: {"seconds": round(r["seconds"], 1), "speed_up": round(one / r["seconds"], 2),
                "rows_per_s": round(sum(r["rows"].values()) / r["seconds"]), "peak_mb": round(r["peak_mb"]),
-               "worker_peak_mb": round(r["worker_peak_mb"]) if "worker_peak_mb" in r else None,
                "failed": r["failed"]}
         for name, r in runs.items()}}
 

@@ -341,11 +341,10 @@ def days_table(days: dict) -> Table:
 def scale_table(result: dict) -> Table:
     table = Table(title=f"rcalab bench scale: {result['days']} simulated days at scale {result['scale']} "
                         f"({result['parquet_mb']:,} MB of parquet)")
-    for col in ("run", "seconds", "speed-up", "rows/s", "peak MB", "peak MB a worker"):
+    for col in ("run", "seconds", "speed-up", "rows/s", "peak MB"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for name, r in result["runs"].items():
-        table.add_row(name, f"{r['seconds']:.1f}", f"{r['speed_up']:.2f}", f"{r['rows_per_s']:,}", f"{r['peak_mb']:,}",
-                      "-" if r["worker_peak_mb"] is None else f"{r['worker_peak_mb']:,}")
+        table.add_row(name, f"{r['seconds']:.1f}", f"{r['speed_up']:.2f}", f"{r['rows_per_s']:,}", f"{r['peak_mb']:,}")
     return table
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import suppress
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
-from features.bench import REPLAY_SCALE, in_turns, mean_seconds, pair_ratios, ratio
+from features.bench import REPLAY_SCALE, in_turns, mean_seconds, measured, pair_ratios, ratio
 from features.refresh import nightly
 
 from .faults import fault_types, get
@@ -45,27 +43,12 @@ def random_schedule(path: Path, per_type: int, seed: int = 11, system: str = "hi
     return Path(path)
 
 
-# `simulate` in a process of its own, which says its own peak memory last: its address space's high-water mark
-# (`getrusage` would count the parent's, which Linux carries over the fork and the exec).
-_SIMULATE = """
-import json, sys
-from rcalab.cli import cli
-cli.main(sys.argv[1:], standalone_mode=False)
-kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({"peak_mb": kb / 1024}))
-"""
-
-
 def run(scale: float = 1.0, seed: int = 0, system: str = "hipstershop") -> dict:
     """Time, peak memory and size of writing one day of a system with one case; spans/s and rows/s."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "dump"
-        start = time.perf_counter()
-        child = subprocess.run([sys.executable, "-c", _SIMULATE, "simulate", str(out), "--system", system, "--cases",
-                                "1", "--scale", str(scale), "--seed", str(seed)], check=True, capture_output=True,
-                               text=True)
-        seconds = time.perf_counter() - start
-        peak_mb = json.loads(child.stdout.strip().splitlines()[-1])["peak_mb"]
+        seconds, peak_mb, _ = measured("simulate", [sys.executable, "-m", "rcalab", "simulate", str(out), "--system",
+                                                    system, "--cases", "1", "--scale", str(scale), "--seed", str(seed)])
         rows = {kind: sum(pq.ParquetFile(p).metadata.num_rows for p in out.glob(f"*/{kind}-parquet/**/*.parquet"))
                 for kind in ("trace", "log", "metric")}
         size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -157,27 +140,6 @@ WIDE_PODS = (1000, 5000, 10000)
 WIDE_SEEDS = (5, 6, 7)  # the widest's faults that detect is measured on; the first's are ranked
 
 
-def _measured(args: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak memory (MB) of a command in a process of its own: the most it and the processes it
-    starts (the etl's tasks side by side) hold at once, sampled every tenth of a second. (The peak the kernel gives
-    a child counts the memory of the process that started it, as it was when the child began.)"""
-    import psutil
-
-    started, held = time.perf_counter(), 0
-    with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
-        tree = psutil.Process(child.pid)
-        while not (ended := os.wait4(child.pid, os.WNOHANG))[0]:
-            with suppress(psutil.Error):  # a process that ended between the listing and the reading
-                held = max(held, sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)]))
-            time.sleep(0.1)
-        status = ended[1]
-        if status:
-            err.seek(0)
-            raise RuntimeError(f"{' '.join(args[2:4])} failed: {err.read().decode(errors='replace').strip()[-500:]}")
-    return round(time.perf_counter() - started, 1), round(held / 2**20)
-
-
 WIDE_DAY = (1000, 23)  # pods, faults an hour apart: a whole day of them, its series of 1,440 minutes
 
 
@@ -224,7 +186,7 @@ def wide_run(sizes: tuple[int, ...] = WIDE_PODS, replicas: int = 5, scale: float
             if seed != seeds[0]:  # the widest system's faults of another seed
                 day = Path(root) / f"seed-{seed}"
                 day.mkdir()
-                _measured(_simulate(day, tmp / "wide.yaml", cases, scale, seed))
+                measured("simulate", _simulate(day, tmp / "wide.yaml", cases, scale, seed))
                 _load(day, "store.duckdb")
             out["detect by seed"].append({"seed": seed} | _detected(day))
     return out
@@ -241,13 +203,13 @@ def _width(tmp: Path, pods: int, replicas: int, cases: int, scale: float, seed: 
     size: dict = {"pods": pods, "services": pods // replicas, "hours": hours}
     system = wide_system(tmp / "wide.yaml", pods // replicas, replicas)
     progress(f"wide, {pods:,} pods, {hours} hours: simulate")
-    size["simulate s"], size["simulate MB"] = _measured(_simulate(tmp, system, cases, scale, seed))
+    size["simulate s"], size["simulate MB"], _ = measured("simulate", _simulate(tmp, system, cases, scale, seed))
     progress(f"wide, {pods:,} pods, {hours} hours: etl and floor, twice")
 
     def floor_run() -> tuple[float, float]:
         least = floor(tmp / "dump", tmp / "floor.duckdb")
         (tmp / "floor.duckdb").unlink()
-        return round(least["wall_seconds"], 1), round(least["peak_mb"])
+        return least["wall_seconds"], least["peak_mb"]
 
     etl, least = in_turns(partial(_load, tmp, "store.duckdb"), floor_run)
     size |= {"etl s": mean_seconds(etl), "etl MB": max(mb for _, mb in etl),
@@ -270,7 +232,8 @@ def _load(tmp: Path, db: str, *options: str) -> tuple[float, float]:
     etl of a dump it loaded has nothing to do): seconds and peak MB."""
     for old in tmp.glob(f"{db}*"):
         shutil.rmtree(old) if old.is_dir() else old.unlink()
-    return _measured([sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / db), *options])
+    return measured("rcalab etl", [sys.executable, "-m", "rcalab", "etl", str(tmp / "dump"), "--db", str(tmp / db),
+                                   *options])[:2]
 
 
 def _detected(tmp: Path) -> dict:

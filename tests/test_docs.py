@@ -68,14 +68,42 @@ def test_a_bench_counts_the_memory_a_command_and_the_processes_it_starts_hold_at
     """The etl runs tasks side by side in processes of their own: its peak is theirs together, not its largest's."""
     import sys
 
-    from testbed.bench import _measured
+    from features.bench import measured
 
-    hold = "import time; x = bytearray({} * 2**20); time.sleep(1.5)"
+    hold = "import time; x = bytearray({} * 2**20); time.sleep(1.5); print('held')"
     starts = (f"import subprocess, sys; x = bytearray(200 * 2**20); "
               f"subprocess.run([sys.executable, '-c', {hold.format(300)!r}])")
-    _, alone = _measured([sys.executable, "-c", hold.format(300)])
-    _, together = _measured([sys.executable, "-c", starts])
-    assert 300 <= alone < 400 and together >= alone + 200
+    _, alone, said = measured("hold", [sys.executable, "-c", hold.format(300)])
+    _, together, _ = measured("starts", [sys.executable, "-c", starts])
+    assert 300 <= alone < 400 and together >= alone + 200 and said == "held\n"
+
+
+def test_a_bench_stops_a_command_past_its_time_with_the_processes_it_started():
+    import sys
+    import time
+
+    import psutil
+
+    from features.bench import measured
+
+    sleeper = "import time; time.sleep(61)"
+    starts = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleeper!r}]); exec({sleeper!r})"
+    with pytest.raises(RuntimeError, match="sleeper took more than 2 s"):
+        measured("sleeper", [sys.executable, "-c", starts], timeout=2)
+    time.sleep(0.5)  # for init to reap the one whose parent was killed
+    assert not [p for p in psutil.process_iter(["cmdline", "status"])
+                if sleeper in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    with pytest.raises(RuntimeError, match="fails failed: no such thing"):
+        measured("fails", [sys.executable, "-c", "raise SystemExit('no such thing')"])
+
+
+def test_the_etl_its_floor_and_a_cluster_are_each_measured_in_a_process_of_their_own(replay, tmp_path):
+    from features.bench import _CHILD, _CLUSTER, _child, floor
+
+    runs = [floor(replay, tmp_path / "floor.duckdb"), _child(_CHILD, replay, tmp_path / "etl.duckdb"),
+            _child(_CLUSTER, replay, tmp_path / "cluster.duckdb", "1")]
+    assert all(r["peak_mb"] > 50 and r["wall_seconds"] >= r["seconds"] for r in runs)
+    assert runs[1]["rows"] == runs[2]["rows"] and runs[1]["failed"] == runs[2]["failed"] == 0
 
 
 def test_a_bench_whose_results_a_picture_tells_better_draws_it_beside_its_tables(tmp_path):
