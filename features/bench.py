@@ -139,13 +139,12 @@ def measured(name: str, args: list[str], timeout: float = STORE_SECONDS) -> tupl
         child = subprocess.Popen(args, stdout=out, stderr=err)
         tree = psutil.Process(child.pid)
         while not (ended := os.wait4(child.pid, os.WNOHANG))[0]:
+            processes = [tree]
             with suppress(psutil.Error):  # a process that ended between the listing and the reading
-                held = max(held, sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)]))
+                processes += tree.children(recursive=True)
+                held = max(held, sum(p.memory_info().rss for p in processes))
             if time.perf_counter() - started > timeout:
-                processes = [tree]
-                with suppress(psutil.Error):
-                    processes = [*tree.children(recursive=True), tree]
-                for process in processes:
+                for process in reversed(processes):  # its children first
                     with suppress(psutil.Error):
                         process.kill()
                 child.wait(10)
