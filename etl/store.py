@@ -130,12 +130,24 @@ MIGRATIONS = [
     create table k8s_logs (snapshot text, namespace text, service text, ts timestamp, message text, file_id integer);
     """),
     ("when an object was seen", "alter table k8s_objects add column seen timestamp;"),
+    # A point of `metric_anomaly` names its series by a number the catalog keeps (`series`): a shard holds the points
+    # without their names (a part of a wide day wrote them in a third of the time), a view joins them.
+    ("metric series numbered in the catalog", """
+    drop table metric_anomaly;
+    create table series (sid integer, source text, component text, service text, metric text);
+    create table anomaly_points (ts timestamp, sid integer, value double, baseline double, z double);
+    create view metric_anomaly as
+        select a.ts, s.source, s.component, s.service, s.metric, a.value, a.baseline, a.z
+        from anomaly_points a join series s using (sid);
+    insert or ignore into dirty_days select distinct ts::date from metric_points;
+    insert or ignore into dirty_days select lo::date from shards where kind = 'features';
+    """),
 ]
 # A catalog with shards holds the tables of LOADED and FEATURES as views (`publish`): `migrate` turns them back into
 # tables of the schema before its first pending step, so that a step may alter them as it would a shard's.
 LOADED = ("metric_points", "log_lines", "spans", "declared_calls", "placement", "k8s_objects",
           "k8s_events", "k8s_logs")  # in `load-*` shards
-FEATURES = ("log_template_minute", "metric_anomaly", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
+FEATURES = ("log_template_minute", "anomaly_points", "changepoints", "trace_edge_minute", "trace_edge_anomaly",
             "span_self_minute", "event_pair_minute")  # in `features-*` shards
 
 # The migration step that created each table: a shard built before it (its `step` in `shards`; null before steps
@@ -163,7 +175,11 @@ DESCRIPTIONS = {
     "log_masked": "masked message -> template id (identical masked messages are mined once)",
     "drain_state": "the Drain3 miner's saved state",
     "log_template_minute": "log lines per component, template and minute, and how many of them are errors",
-    "metric_anomaly": "robust z-score of each metric point against the trailing hour (median, MAD)",
+    "metric_anomaly": "robust z-score of each metric point against the trailing hour (median, MAD), with its "
+                      "series' names (a view of anomaly_points and series)",
+    "anomaly_points": "metric_anomaly's rows as the shards keep them: its series by number (series)",
+    "series": "every metric series (source, component, metric, and its service) by the number the day shards name it "
+              "by",
     "changepoints": "change points per series and day (ruptures KernelCPD, linear kernel) with levels around them",
     "trace_edge_minute": "caller -> callee calls, errors, latency percentiles, the caller-side gap "
                          "(caller span minus callee span) and the span offset (caller span end minus callee "
@@ -491,13 +507,14 @@ def _literal(text: str) -> str:
 
 @cache
 def _columns_at(step: int) -> dict[str, str]:
-    """The columns of each table of the shards' kinds as the schema stood after `step` migrations."""
+    """The columns of each table as the schema stood after `step` migrations (its tables, not its views)."""
     con = duckdb.connect()
     for _, sql in MIGRATIONS[:step]:
         con.execute(sql)
     return dict(con.execute("""select table_name, string_agg(format('"{}" {}', column_name, data_type), ', '
                                                           order by column_index)
-                               from duckdb_columns() group by all""").fetchall())
+                               from duckdb_columns() where table_oid in (select table_oid from duckdb_tables())
+                               group by all""").fetchall())
 
 
 def _table_back(con: duckdb.DuckDBPyConnection, table: str, step: int) -> None:
@@ -509,7 +526,7 @@ def _table_back(con: duckdb.DuckDBPyConnection, table: str, step: int) -> None:
 
 def migrate(con: duckdb.DuckDBPyConnection) -> None:
     """Apply the pending migrations in order, all in one transaction; a catalog's views over its shards are tables
-    of the schema as it stood while the steps run, and views again after."""
+    of the schema as it stood while the steps run (a table no step keeps among them), and views again after."""
     con.execute("create table if not exists schema_version (step integer primary key, name text)")
     done = {row[0] for row in con.execute("select step from schema_version").fetchall()}
     pending = [(step, name, sql) for step, (name, sql) in enumerate(MIGRATIONS, 1) if step not in done]
@@ -517,7 +534,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> None:
         return
     con.execute("begin")
     before = _columns_at(pending[0][0] - 1)
-    for table in _views_of(con) & set(LOADED + FEATURES) & set(before):  # a table made later stays as it is
+    for table in _views_of(con) & set(before):  # a table made later stays as it is
         _table_back(con, table, pending[0][0] - 1)
     for step, name, sql in pending:
         con.execute(sql)

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 
 def frame(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
@@ -17,12 +18,32 @@ SERIES_POINTS = 2_000_000  # about how many points a batch of `metric_series` ho
 # batches at once, not the day (a day of 10,000 pods holds hundreds of millions of points)
 
 
+def number_series(con: duckdb.DuckDBPyConnection, lo, hi) -> pa.Table:
+    """The metric series of [lo, hi) as `series` numbers them, those it lacked numbered after its highest number in
+    the order of their names (a component's series next to each other). A series keeps its number and its service
+    (the first a day of it named) from day to day."""
+    con.execute("create or replace temp table named as select source, component, metric, any_value(service) as service "
+                "from metric_points where ts >= ? and ts < ? group by all", [lo, hi])
+    try:
+        con.execute("""
+            insert into series
+            select (select coalesce(max(sid), 0) from series) + row_number() over (order by source, component, metric),
+                   source, component, service, metric
+            from named n anti join series s on n.source is not distinct from s.source
+                and n.component is not distinct from s.component and n.metric is not distinct from s.metric""")
+        return con.sql("""select s.* from series s semi join named n on n.source is not distinct from s.source
+                              and n.component is not distinct from s.component and n.metric is not distinct from s.metric
+                              order by sid""").to_arrow_table()
+    finally:
+        con.execute("drop table if exists named")
+
+
 def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: int = 1
                   ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     """The metric series of [lo, hi), in batches of whole series of about `SERIES_POINTS` points: the series (`sid`,
     source, component, service, metric), and their points, a value a minute (`sid`, ts, value) ordered by series and
-    time. `sid` numbers the series in the order of their names, over all batches. A series' names are not repeated on
-    each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold).
+    time. `sid` is the series' number in `series` (`number_series`), which names every series of [lo, hi). A series'
+    names are not repeated on each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold).
     With `parts`, only the series of one `part`: those of the components of a hash of their name (the first part's
     also those of none), so that tasks may share a day's series. A part's scans keep to its components' points before
     they group or join any (a part of a day of 10,000 pods, one of eight, read its series in 4.0 s of CPU when it
@@ -34,9 +55,11 @@ def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: 
     con.execute(f"""
         create or replace temp table series_names as
         select *, (sum(n) over (order by sid) - n) // $points as batch from (
-            select row_number() over (order by source, component, metric) as sid, *
-            from (select source, component, metric, any_value(service) as service, count(*) as n from metric_points
-                  where ts >= $lo and ts < $hi and {mine.format('component')} group by all))""",
+            select s.sid, p.source, p.component, s.service, p.metric, p.n
+            from (select source, component, metric, count(*) as n from metric_points
+                  where ts >= $lo and ts < $hi and {mine.format('component')} group by all) p
+            join series s on p.source is not distinct from s.source and p.component is not distinct from s.component
+                and p.metric is not distinct from s.metric)""",
                 {"lo": lo, "hi": hi, "points": SERIES_POINTS, "part": part})
     try:
         con.execute(f"""

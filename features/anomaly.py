@@ -42,29 +42,20 @@ def robust_z(df: pl.DataFrame, keys: list[str], value: str, order: str) -> pl.Da
 def refresh_metric_anomaly(con: duckdb.DuckDBPyConnection, lo, hi, batches: Iterable[tuple[pl.DataFrame, pl.DataFrame]]
                            ) -> int:
     """Recompute `metric_anomaly` for [lo, hi) from `batches` of whole series (`metric_series` over [lo - WINDOW, hi):
-    the hour before lo is the baseline). Each batch's z-scores are staged in DuckDB as they are computed (a day of
-    many components computed at once held each intermediate column over all of them), and its series' names apart,
-    then written in time order with their names: a window's query then reads only the row groups of its hours (their
-    zone maps). Sorting the points without their names is cheaper (a part of a wide day, 2.6 M points, took 6.1 s of
-    CPU in place of 6.6), and each batch is staged in time order already (a stable sort keeps a minute's series in
-    order), so that DuckDB's sort meets a few sorted runs (a part of 6.7 M points: that insert's CPU 4.9 -> 3.9 s)."""
-    con.execute("delete from metric_anomaly where ts >= ? and ts < ?", [lo, hi])
-    con.execute("create or replace temp table anomaly_staged (ts timestamp, sid bigint, value double, baseline double, "
-                "z double)")
-    con.execute("create or replace temp table anomaly_names (sid bigint, source text, component text, service text, "
-                "metric text)")
+    the hour before lo is the baseline): its points by series number (`anomaly_points`). Each batch's z-scores are
+    staged in DuckDB as they are computed (a day of many components computed at once held each intermediate column
+    over all of them), then written in time order: a window's query then reads only the row groups of its hours
+    (their zone maps). Each batch is staged in time order already (a stable sort keeps a minute's series in order),
+    so that DuckDB's sort meets a few sorted runs (a part of 6.7 M points: that insert's CPU 4.9 -> 3.9 s)."""
+    con.execute("delete from anomaly_points where ts >= ? and ts < ?", [lo, hi])
+    con.execute("create or replace temp table anomaly_staged as from anomaly_points limit 0")
     try:
-        for names, points in batches:
+        for _, points in batches:
             out = robust_z(points, ["sid"], "value", "ts").filter(pl.col("ts") >= lo).sort("ts", maintain_order=True)
             con.execute("insert into anomaly_staged select ts, sid, value, baseline, z from out")
-            con.execute("insert into anomaly_names select sid, source, component, service, metric from names")
-        (rows,), = con.execute("""insert into metric_anomaly
-                                  select a.ts, n.source, n.component, n.service, n.metric, a.value, a.baseline, a.z
-                                  from anomaly_staged a join anomaly_names n using (sid) order by a.ts, a.sid"""
-                               ).fetchall()
+        (rows,), = con.execute("insert into anomaly_points from anomaly_staged order by ts, sid").fetchall()
     finally:
         con.execute("drop table if exists anomaly_staged")
-        con.execute("drop table if exists anomaly_names")
     return rows
 
 

@@ -101,7 +101,7 @@ def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -
     a time in numpy, it was a fifth of the change points' CPU on a day of 10,000 pods; ruptures' search is the rest).
     Short and flat series have none."""
     names, points = series
-    first = names["sid"][0] if len(names) else 1  # a batch's series, numbered on from the batches before it
+    row_of = dict(zip(names["sid"].to_list(), range(len(names))))
     points = points.filter(pl.col("ts") >= dt.datetime.combine(day, dt.time()))
     v = pl.col("value")
     stats = points.group_by("sid", maintain_order=True).agg(
@@ -117,7 +117,7 @@ def find_changepoints(series: tuple[pl.DataFrame, pl.DataFrame], day: dt.date) -
         if not cuts:
             continue
         segment = values[end - n:end]
-        name = names.row(sid - first, named=True)
+        name = names.row(row_of[sid], named=True)
         bounds = [0, *cuts, n]
         for i, cut in enumerate(cuts):
             before = float(segment[bounds[i]:cut].mean())

@@ -42,7 +42,8 @@ def dependency_graph(con: duckdb.DuckDBPyConnection, w: Window) -> nx.DiGraph:
     for caller, callee in con.execute("select distinct caller, callee from declared_calls").fetchall():
         if not g.has_edge(caller, callee):
             g.add_edge(caller, callee, kind="declared")
-    services = {r[0] for r in con.execute("select distinct service from metric_anomaly where ts >= ? and ts <= ?",
+    services = {r[0] for r in con.execute("select distinct service from series where sid in (select distinct sid from "
+                                          "anomaly_points where ts >= ? and ts <= ?)",
                                           [w.start - TRACE_REACH, w.end]).fetchall()} | set(g)
     for caller, callee in declared_by_systems():
         if caller in services and callee in services and not g.has_edge(caller, callee):

@@ -21,7 +21,7 @@ from common.tasks import Behind, run_tasks, task_parts
 from etl import store
 from etl.loader import Report, parted, run_etl
 
-from . import metric_series
+from . import metric_series, number_series
 from .anomaly import WINDOW, refresh_edge_anomaly, refresh_metric_anomaly
 from .changepoints import find_changepoints, write_changepoints
 from .events import refresh_event_pairs
@@ -51,10 +51,11 @@ MAX_PARTS = 8
 @dataclass(frozen=True)
 class FeatureDay:
     """The task of one UTC day's features, or of a part of them: the load shards that hold its rows (and those within
-    an hour of it), the templates of their masked log lines, and the shard it writes."""
+    an hour of it), the templates of their masked log lines, the numbers of its series, and the shard it writes."""
     day: dt.date
     loads: tuple[tuple[str, int | None], ...]  # each shard's file and the schema step it was built at
     masked: pa.Table
+    series: pa.Table
     out: str
     part: int = 0
     parts: int = 1
@@ -64,11 +65,11 @@ class FeatureDay:
         return parted(str(self.day), self.part, self.parts)
 
 
-def _parts(con: duckdb.DuckDBPyConnection, day: dt.date) -> int:
-    start = dt.datetime.combine(day, dt.time())
-    (series,), = con.execute("select count(*) from (select distinct source, component, metric from metric_points "
-                             "where ts >= ? and ts < ?)", [start, start + dt.timedelta(days=1)]).fetchall()
-    return task_parts(series, PART_SERIES, MAX_PARTS)
+def _series(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[int, pa.Table]:
+    """A day's parts, and the numbers of the series they read (`number_series`)."""
+    lo = dt.datetime.combine(day, dt.time()) - dt.timedelta(minutes=WINDOW)
+    series = number_series(con, lo, lo + dt.timedelta(days=1, minutes=WINDOW))
+    return task_parts(series.num_rows, PART_SERIES, MAX_PARTS), series
 
 
 def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
@@ -94,9 +95,9 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
         if not reads:
             empty.append(day)
             continue
-        parts = _parts(con, day)
-        todo += [FeatureDay(day, reads, masked, str(folder / f"features-{day}.{build + len(todo) + i}.duckdb"), i, parts)
-                 for i in range(parts)]
+        parts, series = _series(con, day)
+        todo += [FeatureDay(day, reads, masked, series, str(folder / f"features-{day}.{build + len(todo) + i}.duckdb"),
+                            i, parts) for i in range(parts)]
     for day in empty:  # no rows left near it: its features go
         _switch(con, db, day, [], old[day])
     done: dict[dt.date, list[FeatureDay]] = defaultdict(list)
@@ -157,6 +158,7 @@ def feature_day(task: FeatureDay) -> dict[str, int] | str:
                 store.attach(con, path, f"load_{i}")
                 aliases[f"load_{i}"] = step
             con.register("log_masked", task.masked)
+            con.register("series", task.series)
             store.shard_views(con, aliases, {})
             # The first hour's baseline of trace edges is the hour before the day: computed again from the rows
             # here (as the previous day's shard holds it), and not kept; by the part that computes the trace edges.

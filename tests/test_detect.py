@@ -262,7 +262,6 @@ def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp
     from distributed import Client, LocalCluster
 
     from features.detect import scan_on
-    from features.refresh import refresh_day
 
     db = tmp_path / "two-days.duckdb"
     t = Tiny(db)
@@ -284,7 +283,7 @@ def test_days_scanned_as_tasks_on_a_dask_cluster_find_what_one_process_finds(tmp
         for k in range(2):
             t.place(f"{service}-{k}", service)
     for day in (start.date(), start.date() + dt.timedelta(days=1)):
-        refresh_day(t.con, day)
+        t.refresh(day)
     lo, hi = span(t.con)
     alone = scan(t.con, lo, hi)
     t.con.close()

@@ -473,7 +473,7 @@ def test_a_series_points_of_one_time_are_read_as_their_mean_and_parts_share_the_
     every point; the parts of a day hold every series once, those without a component in the first."""
     import datetime as dt
 
-    from features import metric_series
+    from features import metric_series, number_series
 
     con = duckdb.connect()
     con.execute("create table metric_points (ts timestamp, source text, component text, service text, metric text, "
@@ -482,6 +482,8 @@ def test_a_series_points_of_one_time_are_read_as_their_mean_and_parts_share_the_
     rows = [(t, "a-0", 1.0), (t, "a-0", 3.0), (later, "a-0", 5.0), (t, None, 7.0), (t, None, 9.0),
             *((t, f"b-{i}", float(i)) for i in range(20))]
     con.executemany("insert into metric_points values (?, 'apm', ?, 'a', 'rrt', ?)", rows)
+    con.execute("create table series (sid integer, source text, component text, service text, metric text)")
+    number_series(con, t, later + dt.timedelta(minutes=1))
     (names, points), = metric_series(con, t, later + dt.timedelta(minutes=1))
     assert names["component"][0] == "a-0" and names["component"][-1] is None
     assert points.filter(points["sid"] == 1)["value"].to_list() == [2.0, 5.0]
@@ -620,3 +622,26 @@ def test_a_day_loaded_in_parts_holds_what_one_task_does_and_each_part_rebuilds_a
     assert mended.mended and mended.loaded and all(
         f"{loader._part(path, parts)}of{parts}" == lost.rsplit("-", 1)[1] for path in mended.loaded)
     assert _tables(db) == _tables(whole)
+
+
+def test_a_series_keeps_its_number_from_day_to_day_and_new_ones_are_numbered_after():
+    """`series` numbers each series once: a later day's new series after the highest number, in the order of their
+    names, and `metric_anomaly` names each point through it."""
+    import datetime as dt
+
+    from etl import store
+    from features import number_series
+
+    con = duckdb.connect()
+    for _, sql in store.MIGRATIONS:
+        con.execute(sql)
+    day1, day2 = dt.datetime(2025, 6, 5), dt.datetime(2025, 6, 6)
+    con.executemany("insert into metric_points (ts, source, component, service, metric, value) "
+                    "values (?, 'apm', ?, ?, 'rrt', 1.0)",
+                    [(day1, "b-0", "b"), (day1, "a-0", "a"), (day2, "b-0", "b"), (day2, "a-1", "a")])
+    first = number_series(con, day1, day2).to_pylist()
+    second = number_series(con, day2, day2 + dt.timedelta(days=1)).to_pylist()
+    assert [(s["sid"], s["component"]) for s in first] == [(1, "a-0"), (2, "b-0")]
+    assert [(s["sid"], s["component"]) for s in second] == [(2, "b-0"), (3, "a-1")]
+    con.execute("insert into anomaly_points values (?, 3, 1.0, 1.0, 0.0)", [day2])
+    assert con.execute("select component, service from metric_anomaly").fetchall() == [("a-1", "a")]

@@ -18,6 +18,8 @@ from features.evidence import Item, Window, changepoints, faulty_change, logs, m
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph, topology
 from features.options import Option, options
+from features import number_series
+from features.anomaly import WINDOW
 from features.refresh import refresh_day
 from features.templates import count_templates
 
@@ -92,8 +94,14 @@ class Tiny:
     def place(self, pod, service, node="node-1"):
         self.con.execute("insert into placement values (?, ?, ?, ?, ?)", [pod, service, node, T0, T0])
 
+    def refresh(self, day: dt.date):
+        """A day's features computed in this store, its series numbered first (as the nightly job does)."""
+        lo = dt.datetime.combine(day, dt.time()) - dt.timedelta(minutes=WINDOW)
+        number_series(self.con, lo, lo + dt.timedelta(days=1, minutes=WINDOW))
+        refresh_day(self.con, day)
+
     def done(self):
-        refresh_day(self.con, T0.date())
+        self.refresh(T0.date())
         count_templates(self.con)
         return self.con
 

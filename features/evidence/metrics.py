@@ -33,21 +33,21 @@ def collect(con, w: Window) -> list[Item]:
     # own family needs none of this: its shift is sized against the day already.
     lo, hi, own_lo, own_hi = w.start - DAY_AROUND, w.end + DAY_AROUND, w.start - BASELINE, w.end + BASELINE
     found = rows(con, """
-        with -- a median past Z_MIN needs half its values past it: a sieve that sorts nothing (many series)
-             moved as (select source, component, metric from metric_anomaly where ts >= $start and ts <= $end
-                       group by all having count(*) filter (where abs(z) >= $z) * 2 >= count(z)),
-             -- `component in`: a filter the scan applies before it reads a row's other columns (of many components,
+        with -- a median past Z_MIN needs half its values past it: a sieve that sorts nothing (many series); the
+             -- points by their series' number (`metric_anomaly`'s own), named once grouped
+             moved as (select sid from anomaly_points where ts >= $start and ts <= $end
+                       group by sid having count(*) filter (where abs(z) >= $z) * 2 >= count(z)),
+             -- `sid in`: a filter the scan applies before it reads a row's other columns (of many components,
              -- twice as fast as the semi join alone)
-             d as (select source, component, metric, median(abs(z)) as z, median(value) as during
-                   from metric_anomaly semi join moved using (source, component, metric)
-                   where ts >= $start and ts <= $end and component in (select component from moved)
-                   group by all having median(abs(z)) >= $z
+             d as (select s.source, s.component, s.metric, p.* from series s join (
+                       select sid, median(abs(z)) as z, median(value) as during from anomaly_points
+                       where ts >= $start and ts <= $end and sid in (select sid from moved)
+                       group by sid having median(abs(z)) >= $z) p using (sid)
                    order by z desc, source, component, metric limit 400),  -- ties: the same every run
-             b as (select source, component, metric, median(value) as before, avg(value) as mean,
+             b as (select sid, median(value) as before, avg(value) as mean,
                           bool_and(value >= 0 and value = round(value)) as whole
-                   from metric_anomaly semi join d using (source, component, metric)
-                   where ts >= $own_lo and ts < $gap and component in (select component from d) group by all),
-             m as (select d.*, b.before, b.mean, b.whole from d left join b using (source, component, metric)),
+                   from anomaly_points where ts >= $own_lo and ts < $gap and sid in (select sid from d) group by sid),
+             m as (select d.* exclude (sid), b.before, b.mean, b.whole from d left join b using (sid)),
              r as (select m.source, m.component, m.metric, count(distinct date_trunc('hour', c.ts)) as hours
                    from m join changepoints c using (source, component, metric)
                    where c.ts >= $day_lo and c.ts <= $day_hi and (c.ts < $own_lo or c.ts > $own_hi)
@@ -78,7 +78,7 @@ def chance_z(m: dict) -> float:
 def other_hours(con, lo, hi, own_lo, own_hi) -> float:
     """Hours of [lo, hi] the store holds outside [own_lo, own_hi]."""
     first, last = kept(con, ("metric_anomaly span",),
-                       lambda: con.execute("select min(ts), max(ts) from metric_anomaly").fetchone())
+                       lambda: con.execute("select min(ts), max(ts) from anomaly_points").fetchone())
     if first is None:
         return 0.0
     first, last = max(first, lo), min(last, hi)

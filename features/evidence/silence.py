@@ -29,7 +29,7 @@ def collect(con, w: Window) -> list[Item]:
     lo, hi = w.start - BASELINE, w.start - GAP
     # The baseline's minutes the store has (a store may begin just before the window: a gap in collection says
     # nothing of the system), newest first.
-    had = [m for m, in con.execute("select distinct date_trunc('minute', ts) as m from metric_anomaly "
+    had = [m for m, in con.execute("select distinct date_trunc('minute', ts) as m from anomaly_points "
                                    "where ts >= ? and ts < ? order by m desc", [lo, hi]).fetchall()]
     # Only series that may have stopped are read over the whole baseline: a sieve on its last minutes, as many as a
     # series that counts may miss or read zero in, and one more (of a large system's series, most go on, or are
