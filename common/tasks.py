@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -96,12 +97,12 @@ def task_parts(amount: int, per: int, most: int) -> int:
 
 
 def _worker():
-    """The Dask worker running this task, None outside one."""
+    """The Dask worker running this task, None outside one. A worker has imported Dask's distributed; a process that
+    has not is none, and does not import it to ask (half a second, in the etl's process and each of its tasks')."""
+    distributed = sys.modules.get("distributed")
     try:
-        from distributed import get_worker
-
-        return get_worker()
-    except (ImportError, ValueError):
+        return distributed.get_worker() if distributed else None
+    except ValueError:
         return None
 
 
