@@ -3,11 +3,11 @@ migrations, and the ETL lock.
 
 The ETL writes each day of a dump into a shard of its own (`load-*` files: the canonical tables), the
 feature refresh each UTC day into another (`features-*`); both are DuckDB files of this same schema in a
-folder beside the catalog (`STORE.shards`). The catalog keeps the manifest, the log templates and the list
-of shards (`shards`). Its own tables of the shards' kinds are views over the shards' (`publish`), so any
-DuckDB client that opens the catalog reads every row; rcalab's connections attach the shards read-only and
-read them through temporary views of their own (`shard_views`). A store built by hand, row by row (the
-tests' tiny stores), has no shards and is read as it is."""
+folder beside the catalog (`STORE.shards`). The catalog keeps the manifest, the log templates, the numbers
+the shards name metric series by (`series`) and the list of shards (`shards`). Its own tables of the shards'
+kinds are views over the shards' (`publish`), so any DuckDB client that opens the catalog reads every row;
+rcalab's connections attach the shards read-only and read them through temporary views of their own
+(`shard_views`). A store built by hand, row by row (the tests' tiny stores), has no shards and is read as it is."""
 
 from __future__ import annotations
 

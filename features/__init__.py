@@ -18,6 +18,11 @@ SERIES_POINTS = 2_000_000  # about how many points a batch of `metric_series` ho
 # batches at once, not the day (a day of 10,000 pods holds hundreds of millions of points)
 
 
+def same_series(a: str, b: str) -> str:
+    """SQL: the rows `a` and `b` name the same metric series (a name may be null)."""
+    return " and ".join(f"{a}.{name} is not distinct from {b}.{name}" for name in ("source", "component", "metric"))
+
+
 def number_series(con: duckdb.DuckDBPyConnection, lo, hi) -> pa.Table:
     """The metric series of [lo, hi) as `series` numbers them, those it lacked numbered after its highest number in
     the order of their names (a component's series next to each other). A series keeps its number and its service
@@ -25,15 +30,13 @@ def number_series(con: duckdb.DuckDBPyConnection, lo, hi) -> pa.Table:
     con.execute("create or replace temp table named as select source, component, metric, any_value(service) as service "
                 "from metric_points where ts >= ? and ts < ? group by all", [lo, hi])
     try:
-        con.execute("""
+        con.execute(f"""
             insert into series
             select (select coalesce(max(sid), 0) from series) + row_number() over (order by source, component, metric),
                    source, component, service, metric
-            from named n anti join series s on n.source is not distinct from s.source
-                and n.component is not distinct from s.component and n.metric is not distinct from s.metric""")
-        return con.sql("""select s.* from series s semi join named n on n.source is not distinct from s.source
-                              and n.component is not distinct from s.component and n.metric is not distinct from s.metric
-                              order by sid""").to_arrow_table()
+            from named n anti join series s on {same_series("n", "s")}""")
+        return con.sql(f"select s.* from series s semi join named n on {same_series('n', 's')} order by sid"
+                       ).to_arrow_table()
     finally:
         con.execute("drop table if exists named")
 
@@ -42,8 +45,9 @@ def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: 
                   ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     """The metric series of [lo, hi), in batches of whole series of about `SERIES_POINTS` points: the series (`sid`,
     source, component, service, metric), and their points, a value a minute (`sid`, ts, value) ordered by series and
-    time. `sid` is the series' number in `series` (`number_series`), which names every series of [lo, hi). A series'
-    names are not repeated on each of its points; DuckDB holds the day's points between batches (and spills what its memory does not hold).
+    time. `sid` is the series' number in `series` (`number_series`), which names every series of [lo, hi). A
+    series' names are not repeated on each of its points; DuckDB holds the day's points between batches (and spills
+    what its memory does not hold).
     With `parts`, only the series of one `part`: those of the components of a hash of their name (the first part's
     also those of none), so that tasks may share a day's series. A part's scans keep to its components' points before
     they group or join any (a part of a day of 10,000 pods, one of eight, read its series in 4.0 s of CPU when it
@@ -58,8 +62,7 @@ def metric_series(con: duckdb.DuckDBPyConnection, lo, hi, part: int = 0, parts: 
             select s.sid, p.source, p.component, s.service, p.metric, p.n
             from (select source, component, metric, count(*) as n from metric_points
                   where ts >= $lo and ts < $hi and {mine.format('component')} group by all) p
-            join series s on p.source is not distinct from s.source and p.component is not distinct from s.component
-                and p.metric is not distinct from s.metric)""",
+            join series s on {same_series("p", "s")})""",
                 {"lo": lo, "hi": hi, "points": SERIES_POINTS, "part": part})
     try:
         con.execute(f"""
