@@ -31,32 +31,32 @@ def collect(con, w: Window) -> list[Item]:
     # nothing of the system), newest first.
     had = [m for m, in con.execute("select distinct date_trunc('minute', ts) as m from anomaly_points "
                                    "where ts >= ? and ts < ? order by m desc", [lo, hi]).fetchall()]
-    # Only series that may have stopped are read over the whole baseline: a sieve on its last minutes, as many as a
-    # series that counts may miss or read zero in, and one more (of a large system's series, most go on, or are
-    # errors that are mostly zero). Points come at a steady rate, so such a series has points there, and no more of
-    # them are zero than ZEROS of the baseline's minutes' worth, against the fewest minutes it may have there.
+    # A series by its number (`metric_anomaly`'s own: named once grouped). Only series that may have stopped are read
+    # over the whole baseline: a sieve on its last minutes, as many as a series that counts may miss or read zero in,
+    # and one more (of a large system's series, most go on, or are errors that are mostly zero). Points come at a
+    # steady rate, so such a series has points there, and no more of them are zero than ZEROS of the baseline's
+    # minutes' worth, against the fewest minutes it may have there.
     last = math.ceil((1 - PRESENT + ZEROS) * len(had)) + 1
     share = ZEROS * len(had) / max(last - (1 - PRESENT) * len(had), 1)
     for m in rows(con, """
-            with d as (select component, metric, median(value) filter (where ts <= $end) as during,
+            with d as (select sid, median(value) filter (where ts <= $end) as during,
                               min(value) filter (where ts <= $end) as least, arg_max(value, ts) as last
-                       from metric_anomaly where ts >= $start and ts <= $until group by all
+                       from anomaly_points where ts >= $start and ts <= $until group by sid
                        having count(*) filter (where ts <= $end) > 0),
-                 stopped as (select component, metric from metric_anomaly
-                             anti join (select * from d where during <> 0
+                 stopped as (select sid from anomaly_points
+                             anti join (select sid from d join series using (sid) where during <> 0
                                         and (least <> 0 or not regexp_matches(metric, $dead)))
-                             using (component, metric)  -- the rest goes on
-                             where ts >= $since and ts < $hi group by all
+                             using (sid)  -- the rest goes on
+                             where ts >= $since and ts < $hi group by sid
                              having count(*) filter (where value = 0) <= $share * count(*)),
-                 b as (select component, metric, median(value) as before from metric_anomaly
-                       semi join stopped using (component, metric)
-                       where ts >= $lo and ts < $hi and component in (select component from stopped)  -- scanned first
-                       group by all
+                 b as (select sid, median(value) as before from anomaly_points
+                       where ts >= $lo and ts < $hi and sid in (select sid from stopped)  -- scanned first
+                       group by sid
                        having count(*) filter (where value = 0) <= $zeros * count(*)  -- a sieve for the quantile's cost
                        and quantile_disc(abs(value), $zeros) > 0  -- hardly ever zero before
                        and count(distinct date_trunc('minute', ts)) >= $present * $had)  -- and hardly ever missing
-            select b.component, b.metric, b.before, d.during, d.least, d.last
-            from b left join d using (component, metric)
+            select s.component, s.metric, b.before, d.during, d.least, d.last
+            from b join series s using (sid) left join d using (sid)
             where exists (select 1 from d)""",
                   {"start": w.start, "end": w.end, "until": max(w.end, w.start + RESTART), "lo": lo, "hi": hi,
                    "since": had[min(last, len(had)) - 1] if had else hi, "share": share, "had": len(had),
