@@ -65,10 +65,15 @@ class FeatureDay:
         return parted(str(self.day), self.part, self.parts)
 
 
-def _series(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[int, pa.Table]:
-    """A day's parts, and the numbers of the series they read (`number_series`)."""
-    lo = dt.datetime.combine(day, dt.time()) - dt.timedelta(minutes=WINDOW)
-    series = number_series(con, lo, lo + dt.timedelta(days=1, minutes=WINDOW))
+def series_span(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """What a UTC day's metric series are read over: the day and the hour before it (its first hour's baseline)."""
+    start = dt.datetime.combine(day, dt.time())
+    return start - dt.timedelta(minutes=WINDOW), start + dt.timedelta(days=1)
+
+
+def number_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[int, pa.Table]:
+    """A day's parts, and the numbers of the series they read (`number_series`): before `refresh_day`."""
+    series = number_series(con, *series_span(day))
     return task_parts(series.num_rows, PART_SERIES, MAX_PARTS), series
 
 
@@ -95,7 +100,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
         if not reads:
             empty.append(day)
             continue
-        parts, series = _series(con, day)
+        parts, series = number_day(con, day)
         todo += [FeatureDay(day, reads, masked, series, str(folder / f"features-{day}.{build + len(todo) + i}.duckdb"),
                             i, parts) for i in range(parts)]
     for day in empty:  # no rows left near it: its features go
@@ -188,7 +193,7 @@ def refresh_day(con: duckdb.DuckDBPyConnection, day: dt.date, part: int = 0, par
     threads = store.threads(con)
     with Behind(inline=threads == 1, processes=threads) as finder:
         def batches():
-            for batch in metric_series(con, start - dt.timedelta(minutes=WINDOW), end, part, parts):
+            for batch in metric_series(con, *series_span(day), part, parts):
                 finder.put(find_changepoints, batch, day)
                 yield batch
 

@@ -18,9 +18,7 @@ from features.evidence import Item, Window, changepoints, faulty_change, logs, m
 from features.evidence.metrics import headroom_taken
 from features.graph import dependency_graph, topology
 from features.options import Option, options
-from features import number_series
-from features.anomaly import WINDOW
-from features.refresh import refresh_day
+from features.refresh import number_day, refresh_day
 from features.templates import count_templates
 
 T0 = dt.datetime(2025, 6, 6, 8, 0)
@@ -96,8 +94,7 @@ class Tiny:
 
     def refresh(self, day: dt.date):
         """A day's features computed in this store, its series numbered first (as the nightly job does)."""
-        lo = dt.datetime.combine(day, dt.time()) - dt.timedelta(minutes=WINDOW)
-        number_series(self.con, lo, lo + dt.timedelta(days=1, minutes=WINDOW))
+        number_day(self.con, day)
         refresh_day(self.con, day)
 
     def done(self):

@@ -37,8 +37,7 @@ def collect(con, w: Window) -> list[Item]:
              -- points by their series' number (`metric_anomaly`'s own), named once grouped
              moved as (select sid from anomaly_points where ts >= $start and ts <= $end
                        group by sid having count(*) filter (where abs(z) >= $z) * 2 >= count(z)),
-             -- `sid in`: a filter the scan applies before it reads a row's other columns (of many components,
-             -- twice as fast as the semi join alone)
+             -- `sid in`: a filter the scan applies before it reads a row's other columns
              d as (select s.source, s.component, s.metric, p.* from series s join (
                        select sid, median(abs(z)) as z, median(value) as during from anomaly_points
                        where ts >= $start and ts <= $end and sid in (select sid from moved)
