@@ -203,16 +203,6 @@ def local_cluster(workers: int):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
 
 
-def slots(client) -> int:
-    """How many tasks `run_tasks` runs at once for `client`: one in this process (None), a core each for `Local`, a
-    thread of each worker of a Dask cluster."""
-    if client is None:
-        return 1
-    if isinstance(client, Local):
-        return cores()
-    return max(1, sum(client.nthreads().values()))
-
-
 def run_tasks(fn: Callable[[T], R], items: Iterable[T], client=None, timeout: float = TASK_SECONDS
               ) -> Iterator[tuple[int, R]]:
     """(index, result) of `fn` on each item as each ends: in order in this process (`client` None, or `Local` with

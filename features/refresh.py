@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from common.errors import RcalabError, StoreError
-from common.tasks import Behind, run_tasks, slots
+from common.tasks import Behind, run_tasks, task_parts
 from etl import store
 from etl.loader import Report, parted, run_etl
 
@@ -39,12 +39,11 @@ def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
                    client=client)
 
 
-# A day of more metric series than this is computed in parts, as many as the tasks that run at once (`slots`, at most
-# MAX_PARTS): each a hash of the components' names, the first also the day's other tables. A part scans the whole
-# day's points for its components and starts a task, so parts past the tasks that run at once cost more than they
-# even out: on a day of 10,000 pods (225,000 series) on 2 cores, by hand in turns, 2 parts took 78.0 and 98.7 s, 4
-# parts 85.9 and 102.9 s, 8 parts 89.9 and 114.0 s; in one process, one task 106.3 and 98.8 s, 8 parts 121.4 and
-# 109.2 s. A simulated HipsterShop day has 1,000 series: one task. Chosen, not fitted.
+# A day of more metric series than this is computed in parts (a power of two, at most MAX_PARTS: `task_parts`): tasks
+# that workers share, each the series of the components of a hash of their names (the first also the day's other
+# tables). A part costs a task's start and a scan of the day's components (both small: on a day of 10,000 pods,
+# 225,000 series, eight parts took less time in one process than one task). A simulated HipsterShop day has 1,000
+# series: one task. Chosen, not fitted.
 PART_SERIES = 20_000
 MAX_PARTS = 8
 
@@ -72,11 +71,10 @@ def series_span(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
     return start - dt.timedelta(minutes=WINDOW), start + dt.timedelta(days=1)
 
 
-def number_day(con: duckdb.DuckDBPyConnection, day: dt.date, at_once: int = 1) -> tuple[int, pa.Table]:
-    """A day's parts where `at_once` tasks run at once, and the numbers of the series they read (`number_series`):
-    before `refresh_day`."""
+def number_day(con: duckdb.DuckDBPyConnection, day: dt.date) -> tuple[int, pa.Table]:
+    """A day's parts, and the numbers of the series they read (`number_series`): before `refresh_day`."""
     series = number_series(con, *series_span(day))
-    return min(at_once, MAX_PARTS) if series.num_rows > PART_SERIES else 1, series
+    return task_parts(series.num_rows, PART_SERIES, MAX_PARTS), series
 
 
 def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
@@ -102,7 +100,7 @@ def refresh_dirty(con: duckdb.DuckDBPyConnection, db: Path, report: Report,
         if not reads:
             empty.append(day)
             continue
-        parts, series = number_day(con, day, slots(client))
+        parts, series = number_day(con, day)
         todo += [FeatureDay(day, reads, masked, series, str(folder / f"features-{day}.{build + len(todo) + i}.duckdb"),
                             i, parts) for i in range(parts)]
     for day in empty:  # no rows left near it: its features go

@@ -559,13 +559,12 @@ def _dirty(db: Path) -> None:
 
 def test_a_day_s_features_in_parts_hold_what_one_task_does_and_take_the_day_s_place_together(
         replay, replay_store, tmp_path, monkeypatch):
-    """A day of many series computes its features in parts (as many as the tasks that run at once: a hash of the
-    components' names each, the first also the tables not of series), with the tables of one task's. Refreshed in another split, the new
+    """A day of many series computes its features in parts (tasks a worker each: a hash of the components' names each,
+    the first also the tables not of series), with the tables of one task's. Refreshed in another split, the new
     parts replace the old together; a part that fails leaves the day's old shards and the day marked (issue 73)."""
     whole, _ = replay_store
     db = tmp_path / "parts.duckdb"
     monkeypatch.setattr(refresh, "PART_SERIES", 200)  # the replay's day: about a thousand series
-    monkeypatch.setattr(refresh, "slots", lambda client: 8)  # as many tasks at once as there are parts
     assert not nightly(replay, db).failed
     first = _feature_shards(db)
     assert len(first) >= 3 and all("of" in k for k in first)

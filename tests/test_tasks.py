@@ -6,7 +6,7 @@ import time
 import pytest
 
 from common.errors import RcalabError
-from common.tasks import TASK_MEMORY, Behind, Local, cores, run_tasks, slots, task_memory, task_parts, worker_threads
+from common.tasks import TASK_MEMORY, Behind, Local, cores, run_tasks, task_memory, task_parts, worker_threads
 
 
 @pytest.mark.parametrize("inline", [False, True])
@@ -95,7 +95,6 @@ def test_local_runs_several_tasks_side_by_side_in_processes_each_with_its_share_
     assert sorted(got) == [0, 1, 2, 3] and os.getpid() not in {pid for pid, *_ in got.values()}
     assert {tuple(share) for _, *share in got.values()} == {(threads, TASK_MEMORY // (processes + 1), str(threads))}
     assert list(run_tasks(_share, ["one"], Local())) == [(0, _share(None))]
-    assert (slots(None), slots(Local())) == (1, cores())  # how many tasks run at once: a day's features' parts
 
 
 @two_cores
