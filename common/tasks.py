@@ -21,7 +21,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 TASK_SECONDS = 1800.0  # a day's task takes seconds to a few minutes here; past this it is stuck
-TASK_MEMORY = 3 * 2**30  # a task's DuckDB outside a Dask worker: with its Python's batches, a step within 4 GB
+TASK_MEMORY = 3 * 2**30  # the most a task's DuckDB holds: with its Python's batches, a step within 4 GB
 
 
 class Behind:
@@ -114,8 +114,10 @@ def worker_threads() -> int | None:
 
 
 def task_memory() -> int:
-    """The bytes a task's DuckDB may hold before it spills to disk: three quarters of its Dask worker's memory limit
-    (the rest for the task's Python), `TASK_MEMORY` outside one. `Local`'s processes side by side share it with their
+    """The bytes a task's DuckDB may hold before it spills to disk: `TASK_MEMORY`, or less where that is more than its
+    share. In a Dask worker, three quarters of the worker's memory limit shared among its threads (the rest for the
+    tasks' Pythons), as each thread runs a task: a task given more holds it (the features of a day of 10,000 pods as
+    one task held 5.8 GB given 18, 4.3 GB given `TASK_MEMORY`, by hand). `Local`'s processes side by side share `TASK_MEMORY` with their
     Pythons, each of which holds its batches and libraries: of one share more than the processes (a constant fitted to
     keep a step within 4 GB here: the features of a day of 10,000 pods, in two processes of 1 GiB each, held at most
     0.4 GB in this process and 1.7 GB in each of them). DuckDB's own default is 80 % of the machine's memory, which a
@@ -123,7 +125,7 @@ def task_memory() -> int:
     worker = _worker()
     limit = worker.memory_manager.memory_limit if worker else None
     if limit:
-        return int(0.75 * limit)
+        return min(TASK_MEMORY, int(0.75 * limit / worker.state.nthreads))
     return TASK_MEMORY if _share[0] is None else TASK_MEMORY // (_share[1] + 1)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from common.tasks import Local
+from common.tasks import TASK_MEMORY, Local, task_memory
 from etl import store
 from features.cases import load_questions
 from features.detect import incidents, scan
@@ -81,6 +81,16 @@ def test_days_loaded_as_tasks_on_a_cluster_make_the_same_store(three_days, alone
     found, answers = findings(alone, three_days, tmp_path)
     assert findings(spread, three_days, tmp_path) == (found, answers)
     assert len(found) >= 5 and answers.count("\n") >= 12
+
+
+@pytest.mark.parametrize("limit, threads, expected", [("2GiB", 2, int(0.75 * 2**30)), ("16GiB", 2, TASK_MEMORY)])
+def test_a_task_s_duckdb_holds_its_share_of_its_worker_s_memory_and_never_more_than_task_memory(limit, threads,
+                                                                                                 expected):
+    """Three quarters of a worker's memory limit, shared among its threads, at most `TASK_MEMORY`: one big part of a
+    day's features took all it was given (issue 73)."""
+    with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, memory_limit=limit,
+                      dashboard_address=":0") as local, Client(local) as client:
+        assert client.submit(task_memory, pure=False).result(timeout=30) == expected
 
 
 def test_days_loaded_side_by_side_in_processes_of_this_machine_make_the_same_store(three_days, alone, tmp_path):
