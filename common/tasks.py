@@ -117,11 +117,12 @@ def task_memory() -> int:
     """The bytes a task's DuckDB may hold before it spills to disk: `TASK_MEMORY`, or less where that is more than its
     share. In a Dask worker, three quarters of the worker's memory limit shared among its threads (the rest for the
     tasks' Pythons), as each thread runs a task: a task given more holds it (the features of a day of 10,000 pods as
-    one task held 5.8 GB given 18, 4.3 GB given `TASK_MEMORY`, by hand). `Local`'s processes side by side share `TASK_MEMORY` with their
-    Pythons, each of which holds its batches and libraries: of one share more than the processes (a constant fitted to
-    keep a step within 4 GB here: the features of a day of 10,000 pods, in two processes of 1 GiB each, held at most
-    0.4 GB in this process and 1.7 GB in each of them). DuckDB's own default is 80 % of the machine's memory, which a
-    day of 10,000 pods took (12 GB to sort its anomaly table) and a machine's workers would each take."""
+    one task held 5.8 GB given 18, 4.3 GB given `TASK_MEMORY`, by hand). `Local`'s processes side by side share
+    `TASK_MEMORY` with their Pythons, each of which holds its batches and libraries: of one share more than the
+    processes (a constant fitted to keep a step within 4 GB here: the features of a day of 10,000 pods, in two
+    processes of 1 GiB each, held at most 0.4 GB in this process and 1.7 GB in each of them). DuckDB's own default is
+    80 % of the machine's memory, which a day of 10,000 pods took (12 GB to sort its anomaly table) and a machine's
+    workers would each take."""
     worker = _worker()
     limit = worker.memory_manager.memory_limit if worker else None
     if limit:
