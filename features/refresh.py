@@ -43,8 +43,9 @@ def nightly(dump: Path, db: Path, fmt: str = "auto", progress: Callable[[int, st
 # that workers share, each the series of the components of a hash of their names (the first also the day's other
 # tables). A part costs a task's start and a scan of the whole day's points for its components, and bounds what a
 # task holds: on a day of 10,000 pods, 225,000 series, by hand, one task in one process took 106.3 and 98.8 s, eight
-# parts 121.4 and 109.2 s; on one Dask worker (its DuckDB given three quarters of 24 GB) one part held 5,764 MB,
-# eight parts 2,548 MB. A simulated HipsterShop day has 1,000 series: one task. Chosen, not fitted.
+# parts 121.4 and 109.2 s; on one Dask worker (its DuckDB given `task_memory`'s 3 GiB) one part held 4.3 GB, eight
+# parts 2.5 GB, in 138.1 and 147.0 s against 152.2 and 145.0 s. A simulated HipsterShop day has 1,000 series: one
+# task. Chosen, not fitted.
 PART_SERIES = 20_000
 MAX_PARTS = 8
 
